@@ -1,0 +1,45 @@
+# signet — build, test and demo targets. See README.md.
+SHELL := /bin/bash
+GO ?= go
+GO_TEST_ARGS ?= -race
+BIN := $(CURDIR)/bin
+export PATH := $(BIN):$(PATH)
+FUZZTIME ?= 10s
+
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/signet ./cmd/signet
+
+## tools: stock tools the interop tests drive (cosign), built once into bin/.
+tools:
+	./hack/tools.sh
+
+## test: every test, race detector on, plus lint. This is what CI runs.
+test: lint tools
+	$(GO) test $(GO_TEST_ARGS) -count=1 -timeout 30m ./...
+
+lint: fmt-check vet
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## fuzz-smoke: every fuzz target for $(FUZZTIME).
+fuzz-smoke:
+	./hack/fuzz-smoke.sh $(FUZZTIME)
+
+## demo: signet's main job on the embedded example, verified at the end.
+demo: build
+	./hack/demo.sh
+
+## bench: the benchmarks named in the issues.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
+
+clean:
+	rm -rf $(BIN) demo

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func init() { addCommand(newVersionCmd) }
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print signet's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" {
+						v = "dev+" + s.Value
+					}
+				}
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "signet", v)
+			return err
+		},
+	}
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the stock tools that signet's interop tests drive into bin/, once.
+# cosign comes from its Go module (no release downloads on CI machines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p bin
+COSIGN_VERSION=v2.6.5
+if [ ! -x bin/cosign ] || [ "$(cat bin/.cosign-version 2>/dev/null)" != "$COSIGN_VERSION" ]; then
+  echo "building cosign $COSIGN_VERSION into bin/ (once)" >&2
+  GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
+  echo "$COSIGN_VERSION" > bin/.cosign-version
+fi

@@ -1,0 +1,27 @@
+// Package local is signet's embedded backend for one machine (DESIGN §7): it
+// runs one check as a child process of signet, in its own process group and
+// a fresh temporary directory, and reports how it ended and what result it
+// left, for specs.Evaluate to judge. It also takes the machine's identity
+// snapshot for the evidence.
+//
+// The backend refuses to:
+//   - start a check without a wall-clock deadline, or with environment
+//     variables other than DESIGN §4's (it adds PATH, HOME and
+//     SIGNET_RESULT_FILE itself and passes nothing of signet's own
+//     environment);
+//   - run a check as uid 0 through Request.User: a User is an unprivileged
+//     account, and when signet runs as root the caller must give one so that
+//     the check cannot read signet's keys, tokens or state;
+//   - let a check outlive its deadline, its cancel or its own exit: the
+//     whole process group gets SIGTERM, the grace period, then SIGKILL, and
+//     no process of the group is left alive when Run returns;
+//   - follow a symlink or open anything but a regular file as the result,
+//     or read more than specs.MaxResultBytes+1 bytes of it;
+//   - keep more than the last MaxLogBytes of stdout and of stderr, or wait
+//     unboundedly for a pipe that a stray process holds open.
+//
+// It does not contain processes that leave the group on purpose (setsid,
+// setpgid) or that the kernel cannot kill (uninterruptible sleep), it does
+// not limit CPU, memory or devices (no cgroups), and it does not verify the
+// script's digest: the caller passes bytes it has verified. Linux only.
+package local

@@ -1,0 +1,365 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"signet.dev/signet/internal/procutil"
+	"signet.dev/signet/specs"
+)
+
+// SafePATH is the only PATH a check gets.
+const SafePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Defaults for zero Request fields.
+const (
+	DefaultGrace       = 10 * time.Second
+	DefaultMaxLogBytes = 64 << 10
+)
+
+// resultFileName is the name of the result file inside the check's working
+// directory.
+const resultFileName = "result.json"
+
+// pipeDrain bounds how long Run keeps reading stdout and stderr once no
+// process of the group is alive (a process that left the group may hold a
+// pipe open forever).
+const pipeDrain = time.Second
+
+// ErrInvalidRequest is wrapped by Run's error for a Request it refuses
+// without touching the machine: a caller bug, never retried.
+var ErrInvalidRequest = errors.New("invalid local check request")
+
+// StartError is Run's error when the check's process could not be created:
+// the temporary directory, the script file, or the exec itself (a script
+// without a valid interpreter line, ENOEXEC, a missing interpreter, a user
+// that cannot be switched to) failed.
+type StartError struct {
+	Err error
+}
+
+func (e *StartError) Error() string { return "start local check: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// User is the unprivileged account a check runs as when signet runs as root.
+type User struct {
+	UID, GID uint32
+	Name     string
+}
+
+// LookupUser returns the account name from the system's user database. It
+// refuses an account with uid 0 or gid 0.
+func LookupUser(name string) (*User, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("local check user %q: %w", name, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("local check user %q: uid %q: %w", name, u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("local check user %q: gid %q: %w", name, u.Gid, err)
+	}
+	if uid == 0 || gid == 0 {
+		return nil, fmt.Errorf("local check user %q: uid %d gid %d is privileged", name, uid, gid)
+	}
+	return &User{UID: uint32(uid), GID: uint32(gid), Name: u.Username}, nil
+}
+
+// Request is one execution of one check on this machine.
+type Request struct {
+	// Script is the verified script bytes, written to a fresh temporary
+	// directory with mode 0500 and executed directly (its #! line decides
+	// the interpreter).
+	Script []byte
+	// ScriptName is the file name for Script: one path element.
+	ScriptName string
+	// Env is exactly DESIGN §4's variables (specs.Env*), without
+	// SIGNET_RESULT_FILE: every one but SIGNET_STAGE_NAME is required.
+	// Run adds PATH (SafePATH), HOME (the working directory) and
+	// SIGNET_RESULT_FILE, and nothing else.
+	Env map[string]string
+	// Deadline is the wall-clock deadline: then the group gets SIGTERM,
+	// Grace, then SIGKILL.
+	Deadline time.Time
+	// Grace is the time between SIGTERM and SIGKILL; DefaultGrace when zero.
+	Grace time.Duration
+	// MaxLogBytes is how much of the end of stdout and of stderr is kept;
+	// DefaultMaxLogBytes when zero.
+	MaxLogBytes int
+	// User, when non-nil, is the unprivileged account the check runs as
+	// (signet must then run as root); its working directory is owned by it,
+	// mode 0700, and it gets no supplementary groups.
+	User *User
+	// WorkRoot is the parent of the per-check temporary directory;
+	// os.TempDir() when empty. The directory is removed when Run returns.
+	WorkRoot string
+}
+
+// Report is what Run observed.
+type Report struct {
+	Termination specs.Termination
+	// Result is the result file's content, nil when the check left none.
+	// A file longer than specs.MaxResultBytes is kept as its first
+	// MaxResultBytes+1 bytes, which specs.ParseResult refuses as oversized.
+	Result []byte
+	// Stdout and Stderr are the last MaxLogBytes of each; StdoutTotal and
+	// StderrTotal count every byte written.
+	Stdout, Stderr           []byte
+	StdoutTotal, StderrTotal int64
+	// PID is the check's process id, which is also its process group id.
+	PID            int
+	Started, Ended time.Time
+	// Cleanup is the error removing the temporary directory, if any.
+	Cleanup error
+}
+
+// requiredEnv are the DESIGN §4 variables every check gets from the caller.
+var requiredEnv = []string{
+	specs.EnvRunID, specs.EnvCheckName, specs.EnvCheckIndex, specs.EnvNonce,
+	specs.EnvParticipantIndex, specs.EnvParticipants, specs.EnvGPUCount,
+}
+
+func (r *Request) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, a...))
+	}
+	if r.ScriptName == "" || r.ScriptName == "." || r.ScriptName == ".." ||
+		strings.ContainsAny(r.ScriptName, "/\x00") || r.ScriptName == resultFileName {
+		return bad("script name %q is not a single file name other than %q", r.ScriptName, resultFileName)
+	}
+	if r.Deadline.IsZero() {
+		return bad("no deadline")
+	}
+	if r.Grace < 0 || r.MaxLogBytes < 0 {
+		return bad("negative grace %v or max log bytes %d", r.Grace, r.MaxLogBytes)
+	}
+	if r.User != nil && (r.User.UID == 0 || r.User.GID == 0) {
+		return bad("user %q: uid %d gid %d is privileged", r.User.Name, r.User.UID, r.User.GID)
+	}
+	allowed := map[string]bool{specs.EnvStageName: true}
+	for _, k := range requiredEnv {
+		allowed[k] = true
+		if _, ok := r.Env[k]; !ok {
+			return bad("env: %s is missing", k)
+		}
+	}
+	for k, v := range r.Env {
+		if !allowed[k] {
+			return bad("env: %s is not a DESIGN §4 variable", k)
+		}
+		if v == "" || strings.ContainsRune(v, 0) {
+			return bad("env: %s=%q is empty or holds NUL", k, v)
+		}
+	}
+	return nil
+}
+
+// Run executes req's script and returns how it ended. It always returns a
+// non-nil Report. The error is non-nil only when the process was not
+// started (Termination.Started is false then): it wraps ErrInvalidRequest
+// for a refused request, or is a *StartError. A ctx already done or a
+// deadline already passed starts nothing and is no error (Termination says
+// Canceled or DeadlineExceeded).
+//
+// Once started, the process runs until it exits, until req.Deadline
+// (Termination.DeadlineExceeded), or until ctx is done (Termination.Canceled);
+// in the last two cases its group gets SIGTERM, req.Grace, then SIGKILL.
+// After the main process exits, any process left in its group gets the same.
+// Run returns only when no process of the group is alive (or, for one the
+// kernel cannot kill, after procutil.KillWait, noted in Termination.Reason).
+func Run(ctx context.Context, req Request) (*Report, error) {
+	rep := &Report{}
+	notStarted := func(err error) (*Report, error) {
+		rep.Termination.Reason = err.Error()
+		return rep, err
+	}
+	if err := req.validate(); err != nil {
+		return notStarted(err)
+	}
+	if req.Grace == 0 {
+		req.Grace = DefaultGrace
+	}
+	if req.MaxLogBytes == 0 {
+		req.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if err := ctx.Err(); err != nil {
+		rep.Termination = specs.Termination{Canceled: true, Reason: "canceled before start"}
+		return rep, nil
+	}
+	if !time.Now().Before(req.Deadline) {
+		rep.Termination = specs.Termination{DeadlineExceeded: true, Reason: "deadline " + req.Deadline.UTC().Format(time.RFC3339) + " passed before start"}
+		return rep, nil
+	}
+
+	ws, err := newWorkspace(req)
+	if err != nil {
+		return notStarted(&StartError{Err: err})
+	}
+	defer func() { rep.Cleanup = ws.remove() }()
+
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return notStarted(&StartError{Err: err})
+	}
+	defer stdoutR.Close()
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutW.Close()
+		return notStarted(&StartError{Err: err})
+	}
+	defer stderrR.Close()
+
+	env := make([]string, 0, len(req.Env)+3)
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "PATH="+SafePATH, "HOME="+ws.work, specs.EnvResultFile+"="+filepath.Join(ws.work, resultFileName))
+
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if req.User != nil {
+		attr.Credential = &syscall.Credential{Uid: req.User.UID, Gid: req.User.GID, Groups: []uint32{}}
+	}
+	var cmd *exec.Cmd
+	for attempt := 0; ; attempt++ {
+		cmd = &exec.Cmd{
+			Path:        ws.script,
+			Args:        []string{ws.script},
+			Env:         env,
+			Dir:         ws.work,
+			Stdout:      stdoutW,
+			Stderr:      stderrW,
+			SysProcAttr: attr,
+		}
+		err = cmd.Start()
+		// A concurrent fork elsewhere in the process may briefly hold the
+		// script's write descriptor (golang/go#22315): retry ETXTBSY.
+		if !errors.Is(err, syscall.ETXTBSY) || attempt >= 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		return notStarted(&StartError{Err: fmt.Errorf("exec %s: %w", req.ScriptName, err)})
+	}
+	rep.Started = time.Now()
+	rep.PID = cmd.Process.Pid
+	pgid := cmd.Process.Pid
+
+	stdout, stderr := procutil.NewTail(req.MaxLogBytes), procutil.NewTail(req.MaxLogBytes)
+	copied := make(chan struct{}, 2)
+	for _, p := range []struct {
+		dst *procutil.Tail
+		src *os.File
+	}{{stdout, stdoutR}, {stderr, stderrR}} {
+		go func() {
+			_, _ = io.Copy(p.dst, p.src)
+			copied <- struct{}{}
+		}()
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	term := specs.Termination{Started: true}
+	var notes []string
+	var termSent time.Time
+	var killTimer <-chan time.Time
+	deadline := time.NewTimer(time.Until(req.Deadline))
+	defer deadline.Stop()
+	done := ctx.Done()
+	stop := func(why string) {
+		deadline.Stop()
+		done = nil
+		if err := procutil.SignalGroup(pgid, syscall.SIGTERM); err != nil {
+			notes = append(notes, err.Error())
+		}
+		termSent = time.Now()
+		killTimer = time.After(req.Grace)
+		notes = append(notes, why+": sent SIGTERM to the process group")
+	}
+wait:
+	for {
+		select {
+		case <-waited:
+			break wait
+		case <-deadline.C:
+			term.DeadlineExceeded = true
+			stop("deadline " + req.Deadline.UTC().Format(time.RFC3339) + " reached")
+		case <-done:
+			term.Canceled = true
+			stop("canceled")
+		case <-killTimer:
+			killTimer = nil
+			if err := procutil.SignalGroup(pgid, syscall.SIGKILL); err != nil {
+				notes = append(notes, err.Error())
+			}
+			notes = append(notes, "sent SIGKILL to the process group after "+req.Grace.String()+" grace")
+		}
+	}
+	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case st.Exited():
+			term.Exited, term.ExitCode = true, st.ExitStatus()
+			notes = append(notes, fmt.Sprintf("exited with code %d", term.ExitCode))
+		case st.Signaled():
+			term.Signal = unix.SignalName(st.Signal())
+			if term.Signal == "" {
+				term.Signal = "signal " + strconv.Itoa(int(st.Signal()))
+			}
+			notes = append(notes, "killed by signal "+term.Signal)
+		}
+	}
+	// The main process is gone; no other process of its group may outlive it.
+	if had, killed, err := procutil.StopGroup(pgid, termSent, req.Grace); had {
+		note := "stopped the processes left in its group with SIGTERM"
+		if killed {
+			note += " and SIGKILL"
+		}
+		notes = append(notes, note)
+		if err != nil {
+			notes = append(notes, err.Error())
+		}
+	}
+	rep.Ended = time.Now()
+
+	// Every writer of the group is dead; a process that left the group may
+	// still hold a pipe, so stop reading after pipeDrain.
+	drain := time.After(pipeDrain)
+	for n := 0; n < 2; {
+		select {
+		case <-copied:
+			n++
+		case <-drain:
+			_ = stdoutR.SetReadDeadline(time.Now())
+			_ = stderrR.SetReadDeadline(time.Now())
+			drain = nil
+			notes = append(notes, "stopped reading output held open by a process outside the group")
+		}
+	}
+	rep.Stdout, rep.StdoutTotal = stdout.Bytes(), stdout.Total()
+	rep.Stderr, rep.StderrTotal = stderr.Bytes(), stderr.Total()
+
+	rep.Result, term.ResultRefused = ws.readResult()
+	term.Reason = strings.Join(notes, "; ")
+	rep.Termination = term
+	return rep, nil
+}

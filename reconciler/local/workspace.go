@@ -1,0 +1,112 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"signet.dev/signet/specs"
+)
+
+// workspace is a check's temporary directory: top, owned by signet (0711
+// when the check runs as another user, so that it may enter but not rename
+// or replace work), and work inside it, owned by the check (0700), holding
+// the script, the check's HOME and working directory, and its result file.
+type workspace struct {
+	top, work, script string
+	// workFD is work opened once before the check starts, so that the result
+	// is read from this directory whatever the check renames.
+	workFD int
+}
+
+func newWorkspace(req Request) (ws *workspace, err error) {
+	root := req.WorkRoot
+	if root == "" {
+		root = os.TempDir()
+	}
+	top, err := os.MkdirTemp(root, "signet-check-")
+	if err != nil {
+		return nil, err
+	}
+	ws = &workspace{top: top, work: filepath.Join(top, "work"), workFD: -1}
+	defer func() {
+		if err != nil {
+			_ = ws.remove()
+		}
+	}()
+	if err := os.Mkdir(ws.work, 0o700); err != nil {
+		return nil, err
+	}
+	ws.script = filepath.Join(ws.work, req.ScriptName)
+	f, err := os.OpenFile(ws.script, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o500)
+	if err != nil {
+		return nil, err
+	}
+	_, err = f.Write(req.Script)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", ws.script, err)
+	}
+	if u := req.User; u != nil {
+		if err := os.Chmod(top, 0o711); err != nil {
+			return nil, err
+		}
+		for _, p := range []string{ws.script, ws.work} {
+			if err := os.Lchown(p, int(u.UID), int(u.GID)); err != nil {
+				return nil, fmt.Errorf("hand %s to user %q: %w", p, u.Name, err)
+			}
+		}
+	}
+	ws.workFD, err = unix.Open(ws.work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: ws.work, Err: err}
+	}
+	return ws, nil
+}
+
+// readResult reads the result file with a bound. It returns nil, "" when
+// there is none, and a reason when the file is refused: a symlink, not a
+// regular file, or unreadable.
+func (ws *workspace) readResult() (result []byte, refused string) {
+	fd, err := unix.Openat(ws.workFD, resultFileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, ""
+	case errors.Is(err, unix.ELOOP):
+		return nil, "result file is a symlink"
+	case err != nil:
+		return nil, "open result file: " + err.Error()
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(ws.work, resultFileName))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err.Error()
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "result file is not a regular file (" + fi.Mode().Type().String() + ")"
+	}
+	b, err := io.ReadAll(io.LimitReader(f, specs.MaxResultBytes+1))
+	if err != nil {
+		return nil, err.Error()
+	}
+	return b, ""
+}
+
+// remove deletes the workspace.
+func (ws *workspace) remove() error {
+	if ws.workFD >= 0 {
+		_ = unix.Close(ws.workFD)
+		ws.workFD = -1
+	}
+	if err := os.RemoveAll(ws.top); err != nil {
+		return fmt.Errorf("remove check directory: %w", err)
+	}
+	return nil
+}

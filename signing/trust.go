@@ -1,0 +1,482 @@
+package signing
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"go.yaml.in/yaml/v3"
+
+	"signet.dev/signet/specs"
+)
+
+// TrustPolicyKind is the kind of a trust policy document.
+const TrustPolicyKind = "TrustPolicy"
+
+// MaxTrustPolicySize bounds a trust policy file.
+const MaxTrustPolicySize = 1 << 20
+
+// Threshold keys: the kinds and actions an approval threshold is set for.
+const (
+	ActionCancel  = "cancel"
+	ActionRelease = "release"
+)
+
+var keyIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// TrustPolicy is the operator's decision of which keys may approve spec
+// objects and actions, how many distinct keys each needs, which keys may
+// sign evidence and (optionally) spec commits. It is never read from the
+// spec repository. A parsed TrustPolicy is immutable and safe for
+// concurrent use.
+type TrustPolicy struct {
+	name     string
+	doc      trustPolicyDoc
+	keys     map[string]*trustedKey
+	order    []string // key ids in file order
+	approver map[string]bool
+	evidence map[string]bool
+	commit   map[string]bool
+	digest   specs.Digest
+}
+
+type trustedKey struct {
+	id        string
+	owner     string
+	pub       *PublicKey
+	notBefore time.Time // zero: no lower bound
+	notAfter  time.Time // zero: no upper bound
+	revoked   bool
+	revokedAt time.Time // zero: not revoked at a time
+}
+
+// The document as written. Times are strings so that errors can name them.
+type trustPolicyDoc struct {
+	APIVersion string          `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string          `yaml:"kind" json:"kind"`
+	Metadata   trustPolicyMeta `yaml:"metadata" json:"metadata"`
+	Spec       TrustPolicySpec `yaml:"spec" json:"spec"`
+}
+
+type trustPolicyMeta struct {
+	Name string `yaml:"name" json:"name"`
+}
+
+// TrustPolicySpec is the body of a TrustPolicy document (see doc.go).
+type TrustPolicySpec struct {
+	Keys            []TrustedKeySpec `yaml:"keys" json:"keys"`
+	Approvers       []string         `yaml:"approvers" json:"approvers"`
+	Thresholds      Thresholds       `yaml:"thresholds" json:"thresholds"`
+	EvidenceSigners []string         `yaml:"evidenceSigners,omitempty" json:"evidenceSigners,omitempty"`
+	CommitSigners   []string         `yaml:"commitSigners,omitempty" json:"commitSigners,omitempty"`
+}
+
+// TrustedKeySpec is one key entry of a trust policy.
+type TrustedKeySpec struct {
+	ID        string `yaml:"id" json:"id"`
+	Owner     string `yaml:"owner,omitempty" json:"owner,omitempty"`
+	PublicKey string `yaml:"publicKey" json:"publicKey"`
+	NotBefore string `yaml:"notBefore,omitempty" json:"notBefore,omitempty"`
+	NotAfter  string `yaml:"notAfter,omitempty" json:"notAfter,omitempty"`
+	Revoked   bool   `yaml:"revoked,omitempty" json:"revoked,omitempty"`
+	RevokedAt string `yaml:"revokedAt,omitempty" json:"revokedAt,omitempty"`
+}
+
+// Thresholds is the number of distinct valid approver keys each kind and
+// action needs. An omitted value means 1; 0 and negative values are refused
+// (nothing runs without an approval).
+type Thresholds struct {
+	CertificationProfile int `yaml:"CertificationProfile,omitempty" json:"CertificationProfile"`
+	CertificationRequest int `yaml:"CertificationRequest,omitempty" json:"CertificationRequest"`
+	Cancel               int `yaml:"cancel,omitempty" json:"cancel"`
+	Release              int `yaml:"release,omitempty" json:"release"`
+}
+
+// LoadTrustPolicy reads and parses the trust policy file at path.
+func LoadTrustPolicy(path string) (*TrustPolicy, error) {
+	b, err := readBounded(path, MaxTrustPolicySize)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTrustPolicy(path, b)
+}
+
+// ParseTrustPolicy parses one TrustPolicy YAML (or JSON) document; name is
+// used in errors. Unknown fields, duplicate keys, YAML anchors and aliases,
+// more than one document, malformed times, key ids that do not match their
+// key, unknown key references and unsatisfiable thresholds are refused.
+func ParseTrustPolicy(name string, b []byte) (*TrustPolicy, error) {
+	if len(b) > MaxTrustPolicySize {
+		return nil, fmt.Errorf("%s: %d bytes is more than the limit of %d", name, len(b), MaxTrustPolicySize)
+	}
+	if err := checkYAML(b); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	var doc trustPolicyDoc
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p, err := newTrustPolicy(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p.name = name
+	return p, nil
+}
+
+// checkYAML refuses anything but exactly one YAML document without anchors,
+// aliases, merge keys or duplicate mapping keys.
+func checkYAML(b []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty document")
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("more than one YAML document")
+	}
+	return walkYAML(&root, "")
+}
+
+func walkYAML(n *yaml.Node, path string) error {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		return fmt.Errorf("%s: YAML anchors and aliases are not allowed (line %d)", orRoot(path), n.Line)
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return fmt.Errorf("%s: non-scalar key (line %d)", orRoot(path), k.Line)
+			}
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				return fmt.Errorf("%s: YAML merge keys are not allowed (line %d)", orRoot(path), k.Line)
+			}
+			if seen[k.Value] {
+				return fmt.Errorf("%s: duplicate key %q (line %d)", orRoot(path), k.Value, k.Line)
+			}
+			seen[k.Value] = true
+			if err := walkYAML(n.Content[i+1], joinPath(path, k.Value)); err != nil {
+				return err
+			}
+		}
+	default:
+		for i, c := range n.Content {
+			p := path
+			if n.Kind == yaml.SequenceNode {
+				p = fmt.Sprintf("%s[%d]", path, i)
+			}
+			if err := walkYAML(c, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func orRoot(p string) string {
+	if p == "" {
+		return "document"
+	}
+	return p
+}
+
+func joinPath(p, k string) string {
+	if p == "" {
+		return k
+	}
+	return p + "." + k
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %q is not an RFC 3339 time", field, s)
+	}
+	return t, nil
+}
+
+func newTrustPolicy(doc trustPolicyDoc) (*TrustPolicy, error) {
+	if doc.APIVersion != specs.APIVersion {
+		return nil, fmt.Errorf("apiVersion: %q is not %q", doc.APIVersion, specs.APIVersion)
+	}
+	if doc.Kind != TrustPolicyKind {
+		return nil, fmt.Errorf("kind: %q is not %q", doc.Kind, TrustPolicyKind)
+	}
+	if doc.Metadata.Name == "" {
+		return nil, errors.New("metadata.name: required")
+	}
+	p := &TrustPolicy{doc: doc, keys: map[string]*trustedKey{}}
+	if len(doc.Spec.Keys) == 0 {
+		return nil, errors.New("spec.keys: at least one key is required")
+	}
+	for i, ks := range doc.Spec.Keys {
+		f := fmt.Sprintf("spec.keys[%d]", i)
+		if !keyIDRE.MatchString(ks.ID) {
+			return nil, fmt.Errorf("%s.id: %q is not 64 lowercase hex (sha256 of the DER public key)", f, ks.ID)
+		}
+		if p.keys[ks.ID] != nil {
+			return nil, fmt.Errorf("%s.id: %s appears twice", f, ks.ID)
+		}
+		var (
+			pub *PublicKey
+			err error
+		)
+		text := strings.TrimSpace(ks.PublicKey)
+		switch {
+		case text == "":
+			return nil, fmt.Errorf("%s.publicKey: required", f)
+		case strings.HasPrefix(text, "-----BEGIN"):
+			pub, err = ParsePublicKeyPEM([]byte(text))
+		default:
+			pub, err = ParseSSHAuthorizedKey([]byte(text))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s.publicKey: %w", f, err)
+		}
+		if pub.KeyID() != ks.ID {
+			return nil, fmt.Errorf("%s.id: %s does not match its public key, whose id is %s", f, ks.ID, pub.KeyID())
+		}
+		tk := &trustedKey{id: ks.ID, owner: ks.Owner, pub: pub, revoked: ks.Revoked}
+		if tk.notBefore, err = parseTime(f+".notBefore", ks.NotBefore); err != nil {
+			return nil, err
+		}
+		if tk.notAfter, err = parseTime(f+".notAfter", ks.NotAfter); err != nil {
+			return nil, err
+		}
+		if tk.revokedAt, err = parseTime(f+".revokedAt", ks.RevokedAt); err != nil {
+			return nil, err
+		}
+		if !tk.notBefore.IsZero() && !tk.notAfter.IsZero() && !tk.notBefore.Before(tk.notAfter) {
+			return nil, fmt.Errorf("%s: notBefore %s is not before notAfter %s", f, ks.NotBefore, ks.NotAfter)
+		}
+		p.keys[ks.ID] = tk
+		p.order = append(p.order, ks.ID)
+	}
+	var err error
+	if p.approver, err = p.idSet("spec.approvers", doc.Spec.Approvers); err != nil {
+		return nil, err
+	}
+	if p.evidence, err = p.idSet("spec.evidenceSigners", doc.Spec.EvidenceSigners); err != nil {
+		return nil, err
+	}
+	if p.commit, err = p.idSet("spec.commitSigners", doc.Spec.CommitSigners); err != nil {
+		return nil, err
+	}
+	th := &p.doc.Spec.Thresholds
+	for _, t := range []struct {
+		name string
+		v    *int
+	}{
+		{specs.KindProfile, &th.CertificationProfile},
+		{specs.KindRequest, &th.CertificationRequest},
+		{ActionCancel, &th.Cancel},
+		{ActionRelease, &th.Release},
+	} {
+		if *t.v == 0 {
+			*t.v = 1
+		}
+		if *t.v < 0 {
+			return nil, fmt.Errorf("spec.thresholds.%s: %d is not a positive number of keys", t.name, *t.v)
+		}
+		if *t.v > len(p.approver) {
+			return nil, fmt.Errorf("spec.thresholds.%s: %d is more than the %d approvers, so nothing could ever be approved", t.name, *t.v, len(p.approver))
+		}
+	}
+	canon, err := p.canonical()
+	if err != nil {
+		return nil, err
+	}
+	p.digest = specs.DigestOf(canon)
+	return p, nil
+}
+
+func (p *TrustPolicy) idSet(field string, ids []string) (map[string]bool, error) {
+	set := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		if p.keys[id] == nil {
+			return nil, fmt.Errorf("%s[%d]: %q is not the id of a key in spec.keys", field, i, id)
+		}
+		if set[id] {
+			return nil, fmt.Errorf("%s[%d]: %s appears twice", field, i, id)
+		}
+		set[id] = true
+	}
+	return set, nil
+}
+
+// canonical returns the RFC 8785 JSON of the policy after defaults (times
+// as written, thresholds filled in).
+func (p *TrustPolicy) canonical() ([]byte, error) {
+	b, err := json.Marshal(p.doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding trust policy: %w", err)
+	}
+	c, err := jcs.Transform(b)
+	if err != nil {
+		return nil, fmt.Errorf("canonicalizing trust policy: %w", err)
+	}
+	return c, nil
+}
+
+// Name returns metadata.name.
+func (p *TrustPolicy) Name() string { return p.doc.Metadata.Name }
+
+// Digest returns the sha256 of the policy's RFC 8785 canonical JSON (with
+// defaults applied). Any change to a key, window, revocation, threshold or
+// role changes it, so a reconcile keyed on it re-decides at once.
+func (p *TrustPolicy) Digest() specs.Digest { return p.digest }
+
+// CanonicalJSON returns the bytes Digest hashes.
+func (p *TrustPolicy) CanonicalJSON() []byte {
+	c, _ := p.canonical() // checked at parse time
+	return c
+}
+
+// Thresholds returns the thresholds after defaults.
+func (p *TrustPolicy) Thresholds() Thresholds { return p.doc.Spec.Thresholds }
+
+// Key returns the public key with id, or nil when the policy has none.
+func (p *TrustPolicy) Key(id string) *PublicKey {
+	if k := p.keys[id]; k != nil {
+		return k.pub
+	}
+	return nil
+}
+
+// Owner returns the owner recorded for key id ("" when none).
+func (p *TrustPolicy) Owner(id string) string {
+	if k := p.keys[id]; k != nil {
+		return k.owner
+	}
+	return ""
+}
+
+// EvidenceSigners returns the public keys allowed to sign evidence, in file
+// order.
+func (p *TrustPolicy) EvidenceSigners() []*PublicKey { return p.keysIn(p.evidence) }
+
+// Approvers returns the public keys allowed to approve, in file order.
+func (p *TrustPolicy) Approvers() []*PublicKey { return p.keysIn(p.approver) }
+
+// CommitSigners returns the public keys allowed to sign spec commits.
+func (p *TrustPolicy) CommitSigners() []*PublicKey { return p.keysIn(p.commit) }
+
+func (p *TrustPolicy) keysIn(set map[string]bool) []*PublicKey {
+	var out []*PublicKey
+	for _, id := range p.order {
+		if set[id] {
+			out = append(out, p.keys[id].pub)
+		}
+	}
+	return out
+}
+
+// KeyValidAt returns "" when key id is in the policy, inside its validity
+// window at t (notBefore ≤ t < notAfter) and not revoked at t (revoked is
+// false and t < revokedAt); otherwise the reason it is not.
+func (p *TrustPolicy) KeyValidAt(id string, t time.Time) string {
+	k := p.keys[id]
+	if k == nil {
+		return fmt.Sprintf("key %s is not in the trust policy", short(id))
+	}
+	switch {
+	case k.revoked:
+		return fmt.Sprintf("key %s is revoked", short(id))
+	case !k.revokedAt.IsZero() && !t.Before(k.revokedAt):
+		return fmt.Sprintf("key %s was revoked at %s", short(id), k.revokedAt.UTC().Format(time.RFC3339))
+	case !k.notBefore.IsZero() && t.Before(k.notBefore):
+		return fmt.Sprintf("key %s is not valid before %s", short(id), k.notBefore.UTC().Format(time.RFC3339))
+	case !k.notAfter.IsZero() && !t.Before(k.notAfter):
+		return fmt.Sprintf("key %s expired at %s", short(id), k.notAfter.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// short abbreviates a key id for messages.
+func short(id string) string {
+	if len(id) > 16 {
+		return id[:16]
+	}
+	return id
+}
+
+// VerifyEvidence parses envelope, checks that at least one of its signatures
+// was made by a key allowed to sign evidence and valid at `at`, and returns
+// the statement with the sorted ids of those keys. A parse error is a plain
+// error; a signature problem is a *VerificationError.
+func (p *TrustPolicy) VerifyEvidence(envelope []byte, at time.Time) (*Statement, []string, error) {
+	env, err := ParseEnvelope(envelope)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := env.Statement()
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := env.VerifiedKeyIDs(p.EvidenceSigners()...)
+	var valid, reasons []string
+	for _, id := range ids {
+		if r := p.KeyValidAt(id, at); r != "" {
+			reasons = append(reasons, r)
+			continue
+		}
+		valid = append(valid, id)
+	}
+	if len(valid) == 0 {
+		if len(reasons) == 0 {
+			reasons = []string{"no valid signature by a key allowed to sign evidence"}
+		}
+		return nil, nil, verificationErrorf(st.PredicateType+" envelope", "%s", strings.Join(reasons, "; "))
+	}
+	sort.Strings(valid)
+	return st, valid, nil
+}
+
+// NewTrustPolicy builds a policy from spec as if parsed from a document
+// named name; it applies the same checks as ParseTrustPolicy.
+func NewTrustPolicy(name string, spec TrustPolicySpec) (*TrustPolicy, error) {
+	p, err := newTrustPolicy(trustPolicyDoc{APIVersion: specs.APIVersion, Kind: TrustPolicyKind, Metadata: trustPolicyMeta{Name: name}, Spec: spec})
+	if err != nil {
+		return nil, fmt.Errorf("trust policy %s: %w", name, err)
+	}
+	p.name = name
+	return p, nil
+}
+
+// KeySpec returns a trust-policy key entry for pub (id and PEM filled in).
+func KeySpec(pub *PublicKey) TrustedKeySpec {
+	return TrustedKeySpec{ID: pub.KeyID(), PublicKey: string(pub.MarshalPEM())}
+}
+
+// MarshalYAML returns the policy as a TrustPolicy YAML document (defaults
+// applied) that ParseTrustPolicy reads back to the same Digest.
+func (p *TrustPolicy) MarshalYAML() ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(p.doc); err != nil {
+		return nil, fmt.Errorf("encoding trust policy: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding trust policy: %w", err)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,143 @@
+package signing
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func indentPEM(pub *PublicKey) string {
+	return "      " + strings.ReplaceAll(strings.TrimSpace(string(pub.MarshalPEM())), "\n", "\n      ")
+}
+
+func policyYAML(a, b *PrivateKey) string {
+	return fmt.Sprintf(`apiVersion: signet.dev/v1alpha1
+kind: TrustPolicy
+metadata:
+  name: prod
+spec:
+  keys:
+  - id: %s
+    owner: alice
+    publicKey: |
+%s
+    notBefore: 2026-01-01T00:00:00Z
+    notAfter: 2027-01-01T00:00:00Z
+  - id: %s
+    publicKey: %s
+    revokedAt: 2026-12-01T00:00:00Z
+  approvers: [%s, %s]
+  thresholds:
+    CertificationProfile: 2
+  evidenceSigners: [%s]
+  commitSigners: [%s]
+`, a.KeyID(), indentPEM(a.Public()), b.KeyID(), b.Public().SSHAuthorizedKey(), a.KeyID(), b.KeyID(), b.KeyID(), b.KeyID())
+}
+
+func TestParseTrustPolicy(t *testing.T) {
+	a := testKey(t, "a", AlgorithmECDSAP256)
+	b := testKey(t, "b", AlgorithmEd25519)
+	src := policyYAML(a, b)
+	p, err := ParseTrustPolicy("policy.yaml", []byte(src))
+	require.NoError(t, err)
+	assert.Equal(t, "prod", p.Name())
+	assert.Equal(t, Thresholds{CertificationProfile: 2, CertificationRequest: 1, Cancel: 1, Release: 1}, p.Thresholds())
+	assert.Equal(t, "alice", p.Owner(a.KeyID()))
+	assert.Len(t, p.Approvers(), 2)
+	require.Len(t, p.EvidenceSigners(), 1)
+	assert.Equal(t, b.KeyID(), p.EvidenceSigners()[0].KeyID())
+
+	// Round trip keeps the digest; any change changes it.
+	out, err := p.MarshalYAML()
+	require.NoError(t, err)
+	p2, err := ParseTrustPolicy("again.yaml", out)
+	require.NoError(t, err)
+	assert.Equal(t, p.Digest(), p2.Digest())
+	p3, err := ParseTrustPolicy("revoked.yaml", []byte(strings.Replace(src, "revokedAt: 2026-12-01T00:00:00Z", "revokedAt: 2026-11-01T00:00:00Z", 1)))
+	require.NoError(t, err)
+	assert.NotEqual(t, p.Digest(), p3.Digest())
+
+	// Validity windows.
+	assert.Empty(t, p.KeyValidAt(a.KeyID(), testNow))
+	assert.Contains(t, p.KeyValidAt(a.KeyID(), time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)), "not valid before")
+	assert.Contains(t, p.KeyValidAt(a.KeyID(), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)), "expired at")
+	assert.Empty(t, p.KeyValidAt(b.KeyID(), testNow))
+	assert.Contains(t, p.KeyValidAt(b.KeyID(), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), "revoked at")
+	assert.Contains(t, p.KeyValidAt("00", testNow), "not in the trust policy")
+
+	// LoadTrustPolicy names the file.
+	path := filepath.Join(t.TempDir(), "trust.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(src+"bogus: 1\n"), 0o600))
+	_, err = LoadTrustPolicy(path)
+	assert.ErrorContains(t, err, path)
+}
+
+func TestParseTrustPolicyRefuses(t *testing.T) {
+	a := testKey(t, "a", AlgorithmECDSAP256)
+	b := testKey(t, "b", AlgorithmEd25519)
+	c := testKey(t, "c", AlgorithmECDSAP256)
+	src := policyYAML(a, b)
+	for _, tc := range []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"unknown field", strings.Replace(src, "  approvers:", "  approver: []\n  approvers:", 1), "field approver not found"},
+		{"duplicate key", strings.Replace(src, "kind: TrustPolicy\n", "kind: TrustPolicy\nkind: TrustPolicy\n", 1), `duplicate key "kind"`},
+		{"alias", strings.Replace(strings.Replace(src, "  approvers: [", "  approvers: &ids [", 1), "  evidenceSigners: ["+b.KeyID()+"]", "  evidenceSigners: *ids", 1), "anchors and aliases"},
+		{"two documents", src + "---\n" + src, "more than one YAML document"},
+		{"wrong kind", strings.Replace(src, "kind: TrustPolicy", "kind: Policy", 1), `kind: "Policy" is not "TrustPolicy"`},
+		{"wrong apiVersion", strings.Replace(src, "signet.dev/v1alpha1", "v1", 1), `apiVersion: "v1"`},
+		{"id mismatch", strings.Replace(src, "- id: "+a.KeyID(), "- id: "+c.KeyID(), 1), "does not match its public key"},
+		{"uppercase id", strings.Replace(src, "- id: "+a.KeyID(), "- id: "+strings.ToUpper(a.KeyID()), 1), "spec.keys[0].id"},
+		{"unknown approver", strings.Replace(src, "  approvers: ["+a.KeyID(), "  approvers: ["+c.KeyID(), 1), "spec.approvers[0]"},
+		{"duplicate approver", strings.Replace(src, "  approvers: ["+a.KeyID()+", "+b.KeyID(), "  approvers: ["+a.KeyID()+", "+a.KeyID(), 1), "appears twice"},
+		{"threshold above approvers", strings.Replace(src, "CertificationProfile: 2", "CertificationProfile: 3", 1), "spec.thresholds.CertificationProfile: 3 is more than the 2 approvers"},
+		{"negative threshold", strings.Replace(src, "CertificationProfile: 2", "CertificationProfile: -1", 1), "not a positive number"},
+		{"bad time", strings.Replace(src, "notAfter: 2027-01-01T00:00:00Z", "notAfter: tomorrow", 1), `spec.keys[0].notAfter: "tomorrow"`},
+		{"window reversed", strings.Replace(src, "notAfter: 2027-01-01T00:00:00Z", "notAfter: 2025-01-01T00:00:00Z", 1), "is not before notAfter"},
+		{"bad PEM", strings.Replace(src, "-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEX-----", 1), "spec.keys[0].publicKey"},
+		{"empty", "", "empty document"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseTrustPolicy("policy.yaml", []byte(tc.in))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "policy.yaml: ")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestVerifyEvidence(t *testing.T) {
+	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
+	alice := testKey(t, "a", AlgorithmECDSAP256)
+	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, func(s *TrustPolicySpec) {
+		s.Keys[1].RevokedAt = "2026-12-01T00:00:00Z"
+	})
+	st, err := NewStatement("https://signet.dev/evidence/v1", []Subject{SubjectFor("nodes/n1.json", digestOf("n1"))}, map[string]int{"x": 1})
+	require.NoError(t, err)
+	byRec, err := SignStatement(st, rec)
+	require.NoError(t, err)
+	byAlice, err := SignStatement(st, alice)
+	require.NoError(t, err)
+
+	got, ids, err := p.VerifyEvidence(byRec, testNow)
+	require.NoError(t, err)
+	assert.Equal(t, []string{rec.KeyID()}, ids)
+	assert.Equal(t, st.Subject, got.Subject)
+
+	_, _, err = p.VerifyEvidence(byAlice, testNow)
+	assert.ErrorIs(t, err, ErrVerification, "an approver key may not sign evidence")
+	_, _, err = p.VerifyEvidence(byRec, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	assert.ErrorIs(t, err, ErrVerification)
+	assert.ErrorContains(t, err, "revoked at")
+	_, _, err = p.VerifyEvidence(byRec[:20], testNow)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrVerification, "a parse error is not a verification failure")
+}

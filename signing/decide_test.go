@@ -47,18 +47,24 @@ func TestDecideTamper(t *testing.T) {
 	cases := []tc{
 		{
 			name: "approved request", policy: policy1, subject: req, digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)} },
-			approved:  true, keys: []string{alice.KeyID()},
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)}
+			},
+			approved: true, keys: []string{alice.KeyID()},
 		},
 		{
 			name: "approved object edited afterwards", policy: policy1, subject: prof, digest: editedD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(prof, profD), ApprovalPredicate{}, alice)} },
-			reason:    "changed since approval",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(prof, profD), ApprovalPredicate{}, alice)}
+			},
+			reason: "changed since approval",
 		},
 		{
 			name: "release added without a release approval", policy: policy1, subject: req + "#release", digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)} },
-			reason:    "no approval names CertificationRequest/batch-7#release",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)}
+			},
+			reason: "no approval names CertificationRequest/batch-7#release",
 		},
 		{
 			name: "release with its approval", policy: policy1, subject: req + "#release", digest: reqD, cluster: "east",
@@ -104,18 +110,24 @@ func TestDecideTamper(t *testing.T) {
 		},
 		{
 			name: "key used after its revocation", policy: policy, subject: req, digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, bob)} },
-			reason:    "was revoked at 2026-11-30T00:00:00Z",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, bob)}
+			},
+			reason: "was revoked at 2026-11-30T00:00:00Z",
 		},
 		{
 			name: "signature by a key outside the policy", policy: policy1, subject: req, digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, mallory)} },
-			reason:    "untrusted key",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, mallory)}
+			},
+			reason: "untrusted key",
 		},
 		{
 			name: "signature by an evidence key", policy: policy1, subject: req, digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, rec)} },
-			reason:    "is not an approver",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, rec)}
+			},
+			reason: "is not an approver",
 		},
 		{
 			name: "same key signing twice counts once", policy: policy, subject: prof, digest: profD, cluster: "east",
@@ -144,8 +156,10 @@ func TestDecideTamper(t *testing.T) {
 		},
 		{
 			name: "request approval does not approve its cancel", policy: policy1, subject: req + "#cancel", digest: reqD, cluster: "east",
-			approvals: func(t *testing.T) []*Approval { return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)} },
-			reason:    "no approval names CertificationRequest/batch-7#cancel",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{approval(t, subj(req, reqD), ApprovalPredicate{}, alice)}
+			},
+			reason: "no approval names CertificationRequest/batch-7#cancel",
 		},
 	}
 	for _, c := range cases {

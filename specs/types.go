@@ -91,7 +91,8 @@ type Check struct {
 	Workload *Workload `json:"workload,omitempty"`
 }
 
-// Seconds is a whole, positive number of seconds written "600s".
+// Seconds is a whole, positive number of seconds written "600s". It is
+// decoded only from that form (see ParseSeconds) and encoded back to it.
 type Seconds int64
 
 // Workload is the bounded, typed request of a pod or mpijob check. There is

@@ -1,0 +1,424 @@
+package specs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// APIGroup is the API group of every signet kind. A document in this group
+// is a signet document even when its version or kind is wrong, so that a
+// typo is reported instead of the document being skipped.
+const APIGroup = "signet.dev"
+
+// ParseDocuments splits data, the contents of the spec file named file, into
+// YAML documents and parses each with ParseDocument. It returns the signet
+// objects found and a finding for every bad document, by its 0-based index.
+// Data over MaxSpecFileBytes is refused whole, before parsing. A YAML syntax
+// error ends the file: the documents after it cannot be located.
+func ParseDocuments(file string, data []byte) ([]*Object, []Finding) {
+	if len(data) > MaxSpecFileBytes {
+		return nil, []Finding{tooLarge(file, -1, int64(len(data)))}
+	}
+	var objs []*Object
+	var findings []Finding
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for i := 0; ; i++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			findings = append(findings, Finding{File: file, Document: i, Message: "YAML: " + yamlMessage(err)})
+			break
+		}
+		o, fs := parseNode(file, i, &n)
+		findings = append(findings, fs...)
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs, findings
+}
+
+// ParseDocument parses one YAML document as LoadDocuments returns it. It
+// returns the signet object, or nil with no findings for a document that is
+// not a signet kind (DESIGN §2 reads only signet documents), or nil with
+// findings for a bad signet document. Aliases and anchors are refused on the
+// node tree, before anything is decoded, so no alias is ever expanded.
+func ParseDocument(doc SourceDocument) (*Object, []Finding) {
+	if len(doc.Data) > MaxSpecFileBytes {
+		return nil, []Finding{tooLarge(doc.File, doc.Index, int64(len(doc.Data)))}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(doc.Data))
+	var n yaml.Node
+	if err := dec.Decode(&n); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, []Finding{{File: doc.File, Document: doc.Index, Message: "YAML: " + yamlMessage(err)}}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, []Finding{{File: doc.File, Document: doc.Index, Message: "holds more than one YAML document"}}
+	}
+	return parseNode(doc.File, doc.Index, &n)
+}
+
+func tooLarge(file string, doc int, size int64) Finding {
+	return Finding{File: file, Document: doc, Message: fmt.Sprintf("is %d bytes, over the %d-byte limit of a spec file", size, MaxSpecFileBytes)}
+}
+
+func yamlMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// parseNode decodes one document node into a signet object.
+func parseNode(file string, index int, n *yaml.Node) (*Object, []Finding) {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, nil // not an object, so not a signet kind
+	}
+	apiVersion, kind := scalarField(n, "apiVersion"), scalarField(n, "kind")
+	group, _, _ := strings.Cut(apiVersion, "/")
+	if group != APIGroup && kind != KindProfile && kind != KindRequest {
+		return nil, nil
+	}
+	d := &decoder{file: file, index: index}
+	switch {
+	case apiVersion != APIVersion:
+		d.addf(n, "apiVersion", "%q is not %s", apiVersion, APIVersion)
+		return nil, d.findings
+	case kind != KindProfile && kind != KindRequest:
+		d.addf(n, "kind", "%q is not a signet kind (%s or %s)", kind, KindProfile, KindRequest)
+		return nil, d.findings
+	}
+	var target any
+	o := &Object{Kind: kind, Source: Source{File: file, Index: index}}
+	if kind == KindProfile {
+		o.Profile = &CertificationProfile{}
+		target = o.Profile
+	} else {
+		o.Request = &CertificationRequest{}
+		target = o.Request
+	}
+	v := d.value(n, reflect.TypeOf(target).Elem(), "")
+	if len(d.findings) > 0 {
+		return nil, d.findings
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		d.addf(n, "", "cannot convert to JSON: %v", err)
+		return nil, d.findings
+	}
+	jd := json.NewDecoder(bytes.NewReader(b))
+	jd.DisallowUnknownFields()
+	if err := jd.Decode(target); err != nil {
+		d.addf(n, "", "%v", err)
+		return nil, d.findings
+	}
+	if kind == KindProfile {
+		o.Name = o.Profile.Metadata.Name
+		o.Canonical, err = CanonicalProfile(o.Profile)
+	} else {
+		o.Name = o.Request.Metadata.Name
+		o.Canonical, err = CanonicalRequest(o.Request)
+	}
+	if err != nil {
+		d.addf(n, "", "%v", err)
+		return nil, d.findings
+	}
+	o.Digest = DigestOf(o.Canonical)
+	return o, nil
+}
+
+// scalarField returns the value of a top-level scalar key of m, or "".
+func scalarField(m *yaml.Node, key string) string {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.Value == key && v.Kind == yaml.ScalarNode {
+			return v.Value
+		}
+	}
+	return ""
+}
+
+// decoder walks a YAML node tree against a Go type, collecting a finding for
+// every unknown field, duplicate key, alias, anchor, custom tag and value of
+// the wrong type, and builds the JSON value of the tree as it goes.
+type decoder struct {
+	file     string
+	index    int
+	findings []Finding
+}
+
+func (d *decoder) addf(n *yaml.Node, field, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if n != nil && n.Line > 0 {
+		msg += fmt.Sprintf(" (line %d)", n.Line)
+	}
+	d.findings = append(d.findings, Finding{File: d.file, Document: d.index, Field: field, Message: msg})
+}
+
+var (
+	secondsType  = reflect.TypeOf(Seconds(0))
+	quantityType = reflect.TypeOf(resource.Quantity{})
+	intRE        = regexp.MustCompile(`^-?[0-9]+$`)
+	plainKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// value returns the JSON value of n as type t, or nil after adding findings.
+func (d *decoder) value(n *yaml.Node, t reflect.Type, path string) any {
+	if n.Kind == yaml.AliasNode {
+		d.addf(n, path, "YAML aliases are not allowed (*%s)", n.Value)
+		return nil
+	}
+	if n.Anchor != "" {
+		d.addf(n, path, "YAML anchors are not allowed (&%s)", n.Anchor)
+		return nil
+	}
+	tag := n.ShortTag()
+	switch tag {
+	case "!!str", "!!int", "!!bool", "!!null", "!!map", "!!seq", "!!float":
+	default:
+		d.addf(n, path, "YAML tag %s is not allowed", n.Tag)
+		return nil
+	}
+	if tag == "!!null" {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case secondsType:
+		if n.Kind != yaml.ScalarNode {
+			d.addf(n, path, "must be whole seconds like \"600s\", not a %s", kindName(n))
+			return nil
+		}
+		if tag == "!!int" {
+			d.addf(n, path, "%s is not whole seconds (%q)", n.Value, n.Value+"s")
+			return nil
+		}
+		if _, err := ParseSeconds(n.Value); err != nil {
+			d.addf(n, path, "%v", err)
+			return nil
+		}
+		return n.Value
+	case quantityType:
+		if n.Kind != yaml.ScalarNode || (tag != "!!str" && tag != "!!int" && tag != "!!float") {
+			d.addf(n, path, "must be a quantity like \"16Gi\" or 8, not a %s", kindName(n))
+			return nil
+		}
+		if _, err := resource.ParseQuantity(n.Value); err != nil {
+			d.addf(n, path, "%q is not a quantity: %v", n.Value, err)
+			return nil
+		}
+		return n.Value
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		return d.object(n, t, path)
+	case reflect.Map:
+		return d.mapping(n, t, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.addf(n, path, "must be a list, not a %s", kindName(n))
+			return nil
+		}
+		out := make([]any, 0, len(n.Content))
+		for i, c := range n.Content {
+			out = append(out, d.value(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)))
+		}
+		return out
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode || tag != "!!str" {
+			d.addf(n, path, "must be a string, not a %s%s", kindName(n), quoteHint(n))
+			return nil
+		}
+		return n.Value
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		if n.Kind != yaml.ScalarNode || tag != "!!int" || !intRE.MatchString(n.Value) {
+			d.addf(n, path, "must be a decimal integer, not a %s%s", kindName(n), valueHint(n))
+			return nil
+		}
+		v, err := strconv.ParseInt(n.Value, 10, 32)
+		if err != nil {
+			d.addf(n, path, "%s is out of range", n.Value)
+			return nil
+		}
+		return v
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || tag != "!!bool" {
+			d.addf(n, path, "must be true or false, not a %s%s", kindName(n), valueHint(n))
+			return nil
+		}
+		v, err := strconv.ParseBool(strings.ToLower(n.Value))
+		if err != nil {
+			d.addf(n, path, "%q is not true or false", n.Value)
+			return nil
+		}
+		return v
+	}
+	d.addf(n, path, "cannot decode into %s", t)
+	return nil
+}
+
+// object decodes a mapping node into the fields of struct type t.
+func (d *decoder) object(n *yaml.Node, t reflect.Type, path string) any {
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, path, "must be a mapping, not a %s", kindName(n))
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	collectFields(t, fields)
+	out := map[string]any{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, ok := d.key(k, path, seen)
+		if !ok {
+			continue
+		}
+		fp := join(path, key)
+		ft, known := fields[key]
+		if !known {
+			d.addf(k, fp, "unknown field")
+			continue
+		}
+		if val := d.value(v, ft, fp); val != nil {
+			out[key] = val
+		}
+	}
+	return out
+}
+
+// mapping decodes a mapping node into a map with string keys.
+func (d *decoder) mapping(n *yaml.Node, t reflect.Type, path string) any {
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, path, "must be a mapping, not a %s", kindName(n))
+		return nil
+	}
+	out := map[string]any{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, ok := d.key(k, path, seen)
+		if !ok {
+			continue
+		}
+		if val := d.value(v, t.Elem(), join(path, key)); val != nil {
+			out[key] = val
+		}
+	}
+	return out
+}
+
+// key checks one mapping key: a plain string, not a merge key, not seen.
+func (d *decoder) key(k *yaml.Node, path string, seen map[string]bool) (string, bool) {
+	if k.Kind == yaml.AliasNode || k.Anchor != "" {
+		d.addf(k, path, "YAML aliases and anchors are not allowed")
+		return "", false
+	}
+	if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+		d.addf(k, path, "mapping key %q is not a plain string", k.Value)
+		return "", false
+	}
+	if k.ShortTag() != "!!str" {
+		d.addf(k, path, "mapping key %s must be a string%s", k.Value, quoteHint(k))
+		return "", false
+	}
+	if seen[k.Value] {
+		d.addf(k, join(path, k.Value), "duplicate key")
+		return "", false
+	}
+	seen[k.Value] = true
+	return k.Value, true
+}
+
+// collectFields maps the JSON names of t's fields to their types, with the
+// fields of embedded structs promoted as encoding/json does.
+func collectFields(t reflect.Type, out map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			collectFields(f.Type, out)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+}
+
+// join appends key to a field path: a.b, or a["nvidia.com/gpu"] for keys
+// that are not plain identifiers.
+func join(path, key string) string {
+	if !plainKeyRE.MatchString(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	}
+	switch n.ShortTag() {
+	case "!!int":
+		return "number"
+	case "!!float":
+		return "number"
+	case "!!bool":
+		return "boolean"
+	case "!!str":
+		return "string"
+	}
+	return "value"
+}
+
+func valueHint(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return fmt.Sprintf(" (%q)", n.Value)
+	}
+	return ""
+}
+
+func quoteHint(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return fmt.Sprintf(" (%s; quote it if a string is meant)", n.Value)
+	}
+	return ""
+}

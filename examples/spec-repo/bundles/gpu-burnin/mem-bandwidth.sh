@@ -1,0 +1,90 @@
+#!/bin/sh
+# signet check: host<->device and device-local copy bandwidth with
+# NVIDIA nvbandwidth (pod backend). Fail below the thresholds, which fit a
+# PCIe Gen5 x16 H100/H200 node; Inconclusive when nvbandwidth is absent.
+
+set -u
+LC_ALL=C
+export LC_ALL
+
+# ---- signet result helpers: identical in every script of these bundles ----
+# DESIGN §4: write ONE JSON result (<= 4096 bytes) to $SIGNET_RESULT_FILE
+# and exit 0, 1 or 2 to match its verdict. No jq or python needed.
+if [ -z "${SIGNET_RESULT_FILE:-}" ]; then
+	echo "SIGNET_RESULT_FILE is not set: run this script through signet" >&2
+	exit 3
+fi
+
+# json_str TEXT: TEXT as the inside of a JSON string: printable ASCII,
+# tab and newline only, at most 600 characters, \ and " escaped.
+json_str() {
+	printf '%s' "$1" | tr '\t' ' ' | tr -cd '\012\040-\176' |
+		awk 'BEGIN { ORS = "" } { t = t (NR > 1 ? "\n" : "") $0 } END { print substr(t, 1, 600) }' |
+		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' |
+		awk 'BEGIN { ORS = "" } NR > 1 { print "\\n" } { print }'
+}
+
+# json_val VALUE: VALUE as a JSON number when it is one, else as a string.
+json_val() {
+	if printf '%s' "$1" | awk 'NR > 1 || !/^-?(0|[1-9][0-9]*)(\.[0-9]+)?$/ { bad = 1 } END { exit (bad || NR == 0) }'; then
+		printf '%s' "$1"
+	else
+		printf '"%s"' "$(json_str "$1")"
+	fi
+}
+
+# measure NAME VALUE: appends "NAME":VALUE to $MEASUREMENTS.
+MEASUREMENTS=
+measure() {
+	MEASUREMENTS="${MEASUREMENTS:+$MEASUREMENTS,}\"$(json_str "$1")\":$(json_val "$2")"
+}
+
+# result VERDICT SUMMARY: writes the result and exits 0/1/2 to match.
+result() {
+	verdict=$1
+	summary=$2
+	case $verdict in
+	Pass) code=0 ;;
+	Fail) code=1 ;;
+	Inconclusive) code=2 ;;
+	*) summary="script error: unknown verdict '$verdict': $summary" verdict=Inconclusive code=2 ;;
+	esac
+	doc=$(printf '{"run":"%s","check":"%s","nonce":"%s","verdict":"%s","summary":"%s","measurements":{%s}}' \
+		"$(json_str "${SIGNET_RUN_ID:-}")" "$(json_str "${SIGNET_CHECK_NAME:-}")" \
+		"$(json_str "${SIGNET_NONCE:-}")" "$verdict" "$(json_str "$summary")" "$MEASUREMENTS")
+	if [ "${#doc}" -gt 4000 ]; then
+		MEASUREMENTS=
+		doc=$(printf '{"run":"%s","check":"%s","nonce":"%s","verdict":"%s","summary":"%s"}' \
+			"$(json_str "${SIGNET_RUN_ID:-}")" "$(json_str "${SIGNET_CHECK_NAME:-}")" \
+			"$(json_str "${SIGNET_NONCE:-}")" "$verdict" "$(json_str "$summary (measurements dropped: too large)")")
+	fi
+	printf '%s\n' "$doc" >"$SIGNET_RESULT_FILE" || exit 3
+	exit "$code"
+}
+
+# need TOOL...: Inconclusive (never a fake Pass) when a tool is missing.
+need() {
+	for t in "$@"; do
+		command -v "$t" >/dev/null 2>&1 || result Inconclusive "$t not found on this machine: cannot run ${SIGNET_CHECK_NAME:-this check}"
+	done
+}
+# ---- end of signet result helpers ----
+
+MIN_H2D_GBPS=40
+MIN_D2H_GBPS=40
+
+need nvbandwidth
+sum() { # TESTCASE: prints the SUM line's value of one nvbandwidth testcase
+	nvbandwidth -t "$1" 2>&1 | awk '/^SUM / { print int($3); found = 1 } END { if (!found) exit 1 }'
+}
+h2d=$(sum host_to_device_memcpy_ce) || result Inconclusive "nvbandwidth host_to_device_memcpy_ce produced no SUM line"
+d2h=$(sum device_to_host_memcpy_ce) || result Inconclusive "nvbandwidth device_to_host_memcpy_ce produced no SUM line"
+measure h2dGBps "$h2d"
+measure d2hGBps "$d2h"
+gpus=${SIGNET_GPU_COUNT:-1}
+h2d_per=$((h2d / gpus))
+d2h_per=$((d2h / gpus))
+if [ "$h2d_per" -lt "$MIN_H2D_GBPS" ] || [ "$d2h_per" -lt "$MIN_D2H_GBPS" ]; then
+	result Fail "per-GPU copy bandwidth H2D $h2d_per GB/s, D2H $d2h_per GB/s; want at least $MIN_H2D_GBPS and $MIN_D2H_GBPS"
+fi
+result Pass "per-GPU copy bandwidth H2D $h2d_per GB/s, D2H $d2h_per GB/s"

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -47,7 +48,7 @@ var (
 	ErrBundleSymlink   = errors.New("is a symlink; bundles hold regular files and directories only")
 	ErrBundleIrregular = errors.New("is not a regular file or directory")
 	ErrBundleEscape    = errors.New("is not a relative path inside the repository")
-	ErrBundleName      = errors.New("has a name that sha256sum would escape or that is not UTF-8")
+	ErrBundleName      = errors.New("has a name the coreutils pipeline cannot reproduce (backslash, CR, LF, leading '-') or that is not UTF-8")
 	ErrBundleEmpty     = errors.New("holds no regular file")
 	ErrBundleTooLarge  = errors.New("is too large")
 )
@@ -65,8 +66,9 @@ var (
 // dir is a slash-separated path relative to the root of fsys (fs.ValidPath);
 // "..", absolute paths and paths through a symlink are refused. Inside the
 // bundle, symlinks (to files or directories), devices, fifos, sockets, names
-// holding a backslash, CR or LF (which sha256sum would escape) or invalid
-// UTF-8, an empty bundle and one over MaxBundleFiles or MaxBundleBytes are
+// holding a backslash, CR or LF (which sha256sum would escape), a
+// top-level name starting with "-" (which sha256sum would take for an
+// option), names that are not UTF-8, an empty bundle and one over MaxBundleFiles or MaxBundleBytes are
 // all refused with a *BundleError naming the path. Symlinks are detected
 // with fs.ReadDir entry types and fs.Lstat, never followed.
 func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
@@ -86,7 +88,7 @@ func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
 		if dir == "." {
 			rel = p
 		}
-		if strings.ContainsAny(d.Name(), "\\\n\r") || !utf8.ValidString(d.Name()) {
+		if strings.ContainsAny(d.Name(), "\\\n\r") || !utf8.ValidString(d.Name()) || strings.HasPrefix(rel, "-") {
 			return &BundleError{Path: p, Err: fmt.Errorf("%q %w", d.Name(), ErrBundleName)}
 		}
 		switch t := d.Type(); {
@@ -143,7 +145,7 @@ func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
 // hashRegularFile returns the sha256 and size of name, refusing it unless
 // both its lstat and the opened file say it is a regular file.
 func hashRegularFile(fsys fs.FS, name string) ([]byte, int64, error) {
-	li, err := fs.Lstat(fsys, name)
+	li, err := lstat(fsys, name)
 	if err != nil {
 		return nil, 0, &BundleError{Path: name, Err: err}
 	}
@@ -201,7 +203,7 @@ func checkNoSymlink(fsys fs.FS, p string) error {
 	parts := strings.Split(p, "/")
 	for i := range parts {
 		sub := strings.Join(parts[:i+1], "/")
-		info, err := fs.Lstat(fsys, sub)
+		info, err := lstat(fsys, sub)
 		if err != nil {
 			return &BundleError{Path: sub, Err: err}
 		}
@@ -211,3 +213,37 @@ func checkNoSymlink(fsys fs.FS, p string) error {
 	}
 	return nil
 }
+
+// lstat is fs.Lstat that never follows a symlink, even when fsys (say, a
+// wrapper around os.DirFS) does not implement fs.ReadLinkFS: then the
+// entry's type is taken from its parent directory's listing, which
+// os.DirFS and Git tree filesystems report without following links.
+func lstat(fsys fs.FS, name string) (fs.FileInfo, error) {
+	if _, ok := fsys.(fs.ReadLinkFS); ok || name == "." {
+		return fs.Lstat(fsys, name)
+	}
+	entries, err := fs.ReadDir(fsys, path.Dir(name))
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	base := path.Base(name)
+	i, found := sort.Find(len(entries), func(i int) int { return strings.Compare(base, entries[i].Name()) })
+	if !found {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	}
+	e := entries[i]
+	if e.Type()&fs.ModeSymlink != 0 {
+		return symlinkInfo{name: base}, nil
+	}
+	return e.Info()
+}
+
+// symlinkInfo describes a symlink found in a directory listing.
+type symlinkInfo struct{ name string }
+
+func (s symlinkInfo) Name() string       { return s.name }
+func (s symlinkInfo) Size() int64        { return 0 }
+func (s symlinkInfo) Mode() fs.FileMode  { return fs.ModeSymlink }
+func (s symlinkInfo) ModTime() time.Time { return time.Time{} }
+func (s symlinkInfo) IsDir() bool        { return false }
+func (s symlinkInfo) Sys() any           { return nil }

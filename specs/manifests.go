@@ -194,7 +194,7 @@ func loadPlain(fsys fs.FS, dir string) ([]SourceDocument, error) {
 // readSpecFile reads a regular, non-symlink file of at most
 // MaxSpecFileBytes, reading no more than one byte past the bound.
 func readSpecFile(fsys fs.FS, name string) ([]byte, error) {
-	li, err := fs.Lstat(fsys, name)
+	li, err := lstat(fsys, name)
 	if err != nil {
 		return nil, &ManifestError{File: name, Err: err}
 	}
@@ -303,7 +303,7 @@ func findKustomization(fsys fs.FS, dir string) (string, error) {
 	var found []string
 	for _, n := range kustomizationNames {
 		p := path.Join(dir, n)
-		if _, err := fs.Lstat(fsys, p); err == nil {
+		if _, err := lstat(fsys, p); err == nil {
 			found = append(found, p)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return "", &ManifestError{File: p, Err: err}

@@ -131,7 +131,7 @@ func unwrapBundle(err error) error {
 		if errors.Is(be.Err, ErrBundleSymlink) {
 			return fmt.Errorf("%s %w", be.Path, ErrSymlink)
 		}
-		return fmt.Errorf("%s: %w", be.Path, be.Err)
+		return be.Err
 	}
 	return err
 }
@@ -362,16 +362,9 @@ func loadKustomize(fsys fs.FS, dir, kfile string) ([]SourceDocument, error) {
 			return nil, &ManifestError{File: p, Err: err}
 		}
 	}
-	opts := krusty.MakeDefaultOptions()
-	opts.PluginConfig = ktypes.DisabledPluginConfig()
-	opts.LoadRestrictions = ktypes.LoadRestrictionsRootOnly
-	m, err := krusty.MakeKustomizer(opts).Run(mem, path.Join("/", dir))
+	out, err := runKustomize(mem, path.Join("/", dir))
 	if err != nil {
-		return nil, &ManifestError{File: kfile, Err: fmt.Errorf("kustomize build: %w", err)}
-	}
-	out, err := m.AsYaml()
-	if err != nil {
-		return nil, &ManifestError{File: kfile, Err: fmt.Errorf("kustomize output: %w", err)}
+		return nil, &ManifestError{File: kfile, Err: err}
 	}
 	if len(out) > MaxSpecBytes {
 		return nil, &ManifestError{File: kfile, Err: fmt.Errorf("%w: kustomize produced more than %d bytes", ErrSpecTooLarge, MaxSpecBytes)}
@@ -381,6 +374,30 @@ func loadKustomize(fsys fs.FS, dir, kfile string) ([]SourceDocument, error) {
 		docs = append(docs, SourceDocument{File: KustomizeFilePrefix + kfile, Index: i, Data: doc})
 	}
 	return docs, nil
+}
+
+// runKustomize builds dir of mem with krusty, plugins off and the
+// root-only load restrictor, and returns its YAML output. A panic inside
+// kustomize is returned as an error: hostile input must not stop the
+// reconciler.
+func runKustomize(mem filesys.FileSystem, dir string) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("kustomize build: panic: %v", r)
+		}
+	}()
+	opts := krusty.MakeDefaultOptions()
+	opts.PluginConfig = ktypes.DisabledPluginConfig()
+	opts.LoadRestrictions = ktypes.LoadRestrictionsRootOnly
+	m, err := krusty.MakeKustomizer(opts).Run(mem, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build: %w", err)
+	}
+	out, err = m.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize output: %w", err)
+	}
+	return out, nil
 }
 
 // walk checks the kustomization kfile of directory kdir and every
@@ -427,7 +444,7 @@ func (in *kustomizeInputs) walk(kdir, kfile string) error {
 			}
 			info, err := fs.Stat(in.fsys, p)
 			if err != nil {
-				return &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s does not exist in the repository (%w)", p, ErrRemoteResource)}
+				return &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s is not in the repository: %w", p, fs.ErrNotExist)}
 			}
 			if !info.IsDir() {
 				if f.dirOnly {
@@ -536,7 +553,7 @@ func (in *kustomizeInputs) localRef(kfile, entry, kdir, v string) (string, error
 			return "", &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s %w", be.Path, ErrSymlink)}
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s does not exist in the repository (%w)", p, ErrRemoteResource)}
+			return "", &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s is not in the repository: %w", p, fs.ErrNotExist)}
 		}
 		return "", &ManifestError{File: kfile, Entry: entry, Err: unwrapBundle(err)}
 	}

@@ -1,0 +1,83 @@
+package gitfs_test
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/gitfs"
+)
+
+// commitTree makes a real repository with the stock git CLI and returns
+// the HEAD commit's tree as an FS.
+func commitTree(t *testing.T, setup func(dir string)) *gitfs.FS {
+	t.Helper()
+	dir := t.TempDir()
+	run := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	run("init", "-q", "-b", "main")
+	setup(dir)
+	run("add", "-A")
+	run("commit", "-q", "-m", "x")
+	repo, err := git.PlainOpen(dir)
+	require.NoError(t, err)
+	head, err := repo.Head()
+	require.NoError(t, err)
+	c, err := repo.CommitObject(head.Hash())
+	require.NoError(t, err)
+	f, err := gitfs.FromCommit(c)
+	require.NoError(t, err)
+	return f
+}
+
+func TestFSReadsCommitTree(t *testing.T) {
+	f := commitTree(t, func(dir string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "top.yaml"), []byte("top"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "b", "run.sh"), []byte("#!/bin/sh\n"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "x y é.txt"), []byte("awkward"), 0o644))
+	})
+	require.NoError(t, fstest.TestFS(f, "top.yaml", "a/b/run.sh", "a/x y é.txt"))
+	b, err := fs.ReadFile(f, "a/b/run.sh")
+	require.NoError(t, err)
+	assert.Equal(t, "#!/bin/sh\n", string(b))
+	st, err := fs.Stat(f, "a/b/run.sh")
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), st.Size())
+	assert.Equal(t, fs.FileMode(0o555), st.Mode().Perm(), "executable bit is kept")
+}
+
+func TestFSRefusesSymlinks(t *testing.T) {
+	f := commitTree(t, func(dir string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "real"), []byte("x"), 0o644))
+		require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
+	})
+	_, err := f.Open("link")
+	require.Error(t, err, "a symlink entry must not be opened")
+	assert.Contains(t, err.Error(), "symlink")
+	entries, err := fs.ReadDir(f, ".")
+	require.NoError(t, err)
+	var linkType fs.FileMode
+	for _, e := range entries {
+		if e.Name() == "link" {
+			linkType = e.Type()
+		}
+	}
+	assert.Equal(t, fs.ModeSymlink, linkType, "ReadDir reports the symlink as a symlink")
+	_, err = f.Open("../x")
+	assert.ErrorIs(t, err, fs.ErrInvalid)
+	_, err = f.Open("missing")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}

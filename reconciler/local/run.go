@@ -108,7 +108,9 @@ type Request struct {
 	// mode 0700, and it gets no supplementary groups.
 	User *User
 	// WorkRoot is the parent of the per-check temporary directory;
-	// os.TempDir() when empty. The directory is removed when Run returns.
+	// os.TempDir() when empty. With User set, every directory down to
+	// WorkRoot must be searchable by that user. The per-check directory is
+	// removed when Run returns.
 	WorkRoot string
 }
 

@@ -48,7 +48,7 @@ var (
 	ErrBundleSymlink   = errors.New("is a symlink; bundles hold regular files and directories only")
 	ErrBundleIrregular = errors.New("is not a regular file or directory")
 	ErrBundleEscape    = errors.New("is not a relative path inside the repository")
-	ErrBundleName      = errors.New("has a name the coreutils pipeline cannot reproduce (backslash, CR, LF, leading '-') or that is not UTF-8")
+	ErrBundleName      = errors.New("has a name sha256sum cannot list verbatim (a backslash, CR or LF, or a leading '-') or that is not UTF-8")
 	ErrBundleEmpty     = errors.New("holds no regular file")
 	ErrBundleTooLarge  = errors.New("is too large")
 )

@@ -186,7 +186,9 @@ func TestRunMatrix(t *testing.T) {
 		},
 		{
 			name: "process outside the group holding stdout does not hang the runner",
-			body: "setsid sleep 1000 & echo child=$!; result Pass; exit 0",
+			// Wait until the child is in its own session (field 6 of stat).
+			body: `setsid sleep 1000 & c=$!; echo child=$c
+while [ "$(cut -d' ' -f6 /proc/$c/stat)" != "$c" ]; do sleep 0.01; done; result Pass; exit 0`,
 			want: specs.VerdictPass,
 			check: func(t *testing.T, rep *Report, took time.Duration) {
 				pid := childPID(t, rep.Stdout)

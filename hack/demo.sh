@@ -1,7 +1,88 @@
 #!/usr/bin/env bash
-# make demo: signet's main job on the embedded example spec repository.
+# make demo: signet's main job on the embedded example, from a fresh clone.
+#
+#  1. generate an approver key, the reconciler's key and a trust policy;
+#  2. copy examples/spec-repo into a throwaway Git repository;
+#  3. approve the local profile and request with `signet sign` (a signed commit);
+#  4. run the local request with `signet run`: admission, checks as local
+#     processes, signed evidence and a receipt on the signet/evidence branch;
+#  5. audit the evidence branch and check it with stock git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SIGNET=${SIGNET:-bin/signet}
-echo "== signet validate examples/spec-repo"
-"$SIGNET" validate examples/spec-repo
+ROOT=$PWD
+SIGNET=${SIGNET:-$ROOT/bin/signet}
+DEMO=${DEMO_DIR:-$ROOT/demo}
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+cd "$DEMO"
+export GIT_AUTHOR_NAME="signet demo" GIT_AUTHOR_EMAIL=demo@signet.invalid
+export GIT_COMMITTER_NAME="signet demo" GIT_COMMITTER_EMAIL=demo@signet.invalid
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "validate the example spec repository"
+"$SIGNET" validate "$ROOT/examples/spec-repo"
+
+step "keys: an approver (certification owner) and the reconciler"
+approver=$("$SIGNET" keygen --out approver | head -n1)
+reconciler=$("$SIGNET" keygen --out reconciler --algorithm ed25519 | head -n1)
+echo "approver key id:   $approver"
+echo "reconciler key id: $reconciler"
+
+step "trust policy (the operator's, never read from the spec repository)"
+{
+  echo "apiVersion: signet.dev/v1alpha1"
+  echo "kind: TrustPolicy"
+  echo "metadata:"
+  echo "  name: demo"
+  echo "spec:"
+  echo "  keys:"
+  for k in approver reconciler; do
+    id=$([ $k = approver ] && echo "$approver" || echo "$reconciler")
+    echo "  - id: $id"
+    echo "    owner: $k"
+    echo "    publicKey: |"
+    sed 's/^/      /' "$k.pub"
+  done
+  echo "  approvers: [$approver]"
+  echo "  evidenceSigners: [$reconciler]"
+} > trust.yaml
+cat trust.yaml
+
+step "spec repository: a copy of examples/spec-repo in a fresh Git repository"
+cp -r "$ROOT/examples/spec-repo" spec
+git -C spec init -q -b main
+git -C spec add -A
+git -C spec commit -q -m "Add signet example specs"
+git -C spec log --oneline
+
+step "approve the local profile and request (signet sign), as a reviewed PR would"
+"$SIGNET" sign spec --key approver.key \
+  --object CertificationProfile/local-smoke \
+  --object CertificationRequest/local-smoke-localhost
+git -C spec add -A
+git -C spec commit -q -m "Approve local-smoke"
+"$SIGNET" approvals spec --trust trust.yaml --cluster demo || true
+
+step "run the local request: admission, checks, evidence, receipt"
+set +e
+"$SIGNET" run --repo spec --request local-smoke-localhost --trust trust.yaml \
+  --key reconciler.key --cluster demo --state-dir state
+rc=$?
+set -e
+echo "signet run exit status: $rc (0 Pass, 1 Fail, 3 Error, 4 Inconclusive)"
+case $rc in 0|1|3|4) ;; *) echo "demo: signet run did not reach a verdict" >&2; exit 1 ;; esac
+
+step "the evidence branch, as stock git sees it"
+git -C spec log --oneline signet/evidence | head -20
+git -C spec ls-tree -r --name-only signet/evidence | head -40
+
+step "stock git: fsck and commit signatures"
+git -C spec fsck --strict --no-progress
+printf 'reconciler namespaces="git" %s\n' "$(cat reconciler.ssh.pub 2>/dev/null || "$SIGNET" keygen --help >/dev/null)" >/dev/null || true
+
+if "$SIGNET" audit --help >/dev/null 2>&1; then
+  step "audit the evidence branch"
+  "$SIGNET" audit --repo spec --trust trust.yaml
+fi
+step "done: evidence in $DEMO/spec (branch signet/evidence)"

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"signet.dev/signet/reconciler"
+)
+
+func init() { addCommand(newReconcileCmd) }
+
+type reconcileOptions struct {
+	Config string
+	Now    bool
+	Addr   string
+}
+
+func (o *reconcileOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Config, "config", "", "reconciler configuration file (kind: ReconcilerConfig)")
+	fs.BoolVar(&o.Now, "now", false, "ask a running daemon to reconcile now and exit")
+	fs.StringVar(&o.Addr, "addr", "", "with --now: the daemon's listen address (default: the config's listen)")
+}
+
+func newReconcileCmd() *cobra.Command {
+	o := &reconcileOptions{}
+	cmd := &cobra.Command{
+		Use:   "reconcile --config FILE",
+		Short: "Run the reconciler daemon (or trigger a running one with --now)",
+		Long: `Run the pull-based reconciler: poll the spec repository, verify approvals against the
+trust policy, run approved requests and commit signed evidence and receipts to the
+evidence branch. Serves /healthz, /readyz, /metrics, /status, webhook receivers and
+POST /reconcile on the configured listen address. SIGTERM stops it gracefully: every
+admitted run stays recoverable and resumes on the next start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Config == "" && o.Addr == "" {
+				return &usageError{errors.New("--config is required")}
+			}
+			var cfg *reconciler.Config
+			if o.Config != "" {
+				var err error
+				if cfg, err = reconciler.LoadConfig(o.Config); err != nil {
+					return exitCode(2, err)
+				}
+			}
+			if o.Now {
+				return triggerNow(cmd.Context(), cmd, o, cfg)
+			}
+			return runDaemon(cmd.Context(), cfg)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cfg *reconciler.Config) error {
+	addr := o.Addr
+	if addr == "" && cfg != nil {
+		addr = cfg.Listen
+	}
+	if addr == "" {
+		addr = reconciler.DefaultListen
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/reconcile", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("trigger the daemon at %s: %w", addr, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("trigger the daemon at %s: %s", addr, resp.Status)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "reconcile requested")
+	return nil
+}
+
+func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	sec, err := reconciler.LoadSecrets(cfg)
+	if err != nil {
+		return exitCode(2, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, store, err := reconciler.Build(ctx, cfg, sec, log, reg, reconciler.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	addr := cfg.Listen
+	if addr == "" {
+		addr = reconciler.DefaultListen
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r.Handler(reg, sec.Webhooks), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "error", err)
+		}
+	}()
+	log.Info("reconciler starting", "cluster", cfg.Cluster, "listen", ln.Addr().String())
+	if err := r.Recover(ctx); err != nil {
+		log.Error("recovery failed", "error", err)
+		return err
+	}
+	r.Start(ctx)
+	<-ctx.Done()
+	log.Info("stopping: every admitted run stays recoverable")
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(stopCtx)
+	return r.Close(stopCtx)
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/specs"
+)
+
+func init() { addCommand(newRunCmd) }
+
+type runOptions struct {
+	Repo           string
+	Branch         string
+	Path           string
+	Request        string
+	Trust          string
+	Key            string
+	PassphraseFile string
+	PassphraseEnv  string
+	Cluster        string
+	StateDir       string
+	EvidenceBranch string
+	User           string
+	Timeout        time.Duration
+	Verbose        bool
+	out            outputOptions
+}
+
+func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Repo, "repo", ".", "spec repository (a local Git repository, file://, http(s):// or ssh:// URL)")
+	fs.StringVar(&o.Branch, "branch", "", "spec branch (default: the repository's current branch)")
+	fs.StringVar(&o.Path, "path", ".", "spec path inside the repository")
+	fs.StringVar(&o.Request, "request", "", "name of the CertificationRequest to run (required)")
+	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
+	fs.StringVar(&o.Key, "key", "", "the reconciler's private signing key (required)")
+	fs.StringVar(&o.PassphraseFile, "passphrase-file", "", "file holding the key's passphrase")
+	fs.StringVar(&o.PassphraseEnv, "passphrase-env", "", "environment variable holding the key's passphrase")
+	fs.StringVar(&o.Cluster, "cluster", "local", "cluster name for run IDs and evidence paths")
+	fs.StringVar(&o.StateDir, "state-dir", "", "state directory (default: $XDG_STATE_HOME/signet/<repo>/<cluster>)")
+	fs.StringVar(&o.EvidenceBranch, "evidence-branch", "signet/evidence", "evidence branch of the spec repository")
+	fs.StringVar(&o.User, "user", "nobody", "unprivileged user the checks run as when signet runs as root")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up waiting after this long (default: the run's derived deadline)")
+	fs.BoolVarP(&o.Verbose, "verbose", "v", false, "log every lifecycle step to stderr")
+	o.out.AddFlags(fs)
+}
+
+// Exit codes of `signet run`, by run verdict.
+const (
+	exitRunPass         = 0
+	exitRunFail         = 1
+	exitRunNotRun       = 2
+	exitRunError        = 3
+	exitRunInconclusive = 4
+	exitRunCanceled     = 5
+)
+
+func newRunCmd() *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run --repo DIR --request NAME --trust FILE --key FILE",
+		Short: "Run one approved request now, with the local backend, and wait for its receipt",
+		Long: `Run one CertificationRequest of a spec repository once, as the reconciler would:
+verify its approvals against the trust policy, admit it, run its checks with the local
+backend, and commit signed evidence and the receipt to the evidence branch.
+
+Exit status: 0 Pass, 1 Fail, 2 not run (usage error, not approved, invalid), 3 Error,
+4 Inconclusive, 5 Canceled.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *runOptions) run(cmd *cobra.Command) error {
+	if err := o.out.Validate(); err != nil {
+		return err
+	}
+	var missing []string
+	for name, v := range map[string]string{"--request": o.Request, "--trust": o.Trust, "--key": o.Key} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return &usageError{fmt.Errorf("required: %s", strings.Join(missing, ", "))}
+	}
+	if o.Branch == "" {
+		b, err := currentBranch(o.Repo)
+		if err != nil {
+			return exitCode(exitRunNotRun, fmt.Errorf("--repo %s: %w (pass --branch)", o.Repo, err))
+		}
+		o.Branch = b
+	}
+	if o.StateDir == "" {
+		o.StateDir = defaultStateDir(o.Repo, o.Cluster)
+	}
+	cfg := &reconciler.Config{
+		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
+		Cluster:     o.Cluster,
+		Spec:        reconciler.SourceConfig{URL: o.Repo, Branch: o.Branch, Path: o.Path},
+		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: o.Repo, Branch: o.EvidenceBranch}},
+		TrustPolicy: o.Trust, SigningKey: o.Key, PassphraseFile: o.PassphraseFile, PassphraseEnv: o.PassphraseEnv,
+		StateDir: o.StateDir,
+		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, User: o.User}},
+	}
+	sec, err := reconciler.LoadSecrets(cfg)
+	if err != nil {
+		return exitCode(exitRunNotRun, err)
+	}
+	logw := io.Discard
+	if o.Verbose {
+		logw = cmd.ErrOrStderr()
+	}
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	progress := newProgress(cmd.ErrOrStderr(), o.out.JSON())
+	ctx := cmd.Context()
+	r, store, err := reconciler.Build(ctx, cfg, sec, log, nil, reconciler.Options{Observer: progress.event, Only: o.Request})
+	if err != nil {
+		return exitCode(exitRunNotRun, err)
+	}
+	defer store.Close()
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = r.Close(stopCtx)
+	}()
+	if err := r.Recover(ctx); err != nil {
+		return exitCode(exitRunNotRun, err)
+	}
+	if _, err := r.ReconcileOnce(ctx); err != nil {
+		return exitCode(exitRunNotRun, err)
+	}
+	st := r.Status()
+	var obj *reconciler.ObjectStatus
+	for i := range st.Objects {
+		if st.Objects[i].Kind == specs.KindRequest && st.Objects[i].Name == o.Request {
+			obj = &st.Objects[i]
+		}
+	}
+	if obj == nil {
+		return exitCode(exitRunNotRun, fmt.Errorf("request %q is not in %s at branch %s, path %s", o.Request, o.Repo, o.Branch, o.Path))
+	}
+	if obj.Run == "" {
+		c := obj.Conditions[0]
+		return exitCode(exitRunNotRun, fmt.Errorf("request %s was not run: %s: %s", o.Request, c.Reason, c.Message))
+	}
+	waitCtx := ctx
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+	}
+	rs, err := r.Wait(waitCtx, obj.Run)
+	if err != nil {
+		return exitCode(exitRunError, fmt.Errorf("run %s: %w (it stays recoverable: run the same command again)", obj.Run, err))
+	}
+	if o.out.JSON() {
+		if err := writeJSON(cmd.OutOrStdout(), rs); err != nil {
+			return err
+		}
+	} else {
+		printRunSummary(cmd.OutOrStdout(), rs)
+	}
+	return exitCode(runExitCode(rs.Verdict), nil)
+}
+
+func runExitCode(v specs.Verdict) int {
+	switch v {
+	case specs.VerdictPass:
+		return exitRunPass
+	case specs.VerdictFail:
+		return exitRunFail
+	case specs.VerdictInconclusive:
+		return exitRunInconclusive
+	case specs.VerdictCanceled:
+		return exitRunCanceled
+	}
+	return exitRunError
+}
+
+func printRunSummary(w io.Writer, rs *reconciler.RunStatus) {
+	fmt.Fprintf(w, "run %s: %s\n", rs.ID, rs.Verdict)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tVERDICT")
+	for _, c := range rs.Checks {
+		v := string(c.Verdict)
+		if c.Skipped {
+			v += " (skipped)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", c.Name, v)
+	}
+	tw.Flush()
+	if len(rs.Released) > 0 {
+		fmt.Fprintf(w, "released: %s\n", strings.Join(rs.Released, ", "))
+	}
+	if len(rs.Retained) > 0 {
+		fmt.Fprintf(w, "retained until an approved release: %s\n", strings.Join(rs.Retained, ", "))
+	}
+	fmt.Fprintf(w, "evidence: %s\n", rs.Dir)
+}
+
+// progress prints one line per check event: live on a terminal, plain
+// lines otherwise; nothing in JSON mode.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	quiet bool
+	tty   bool
+	start map[string]time.Time
+}
+
+func newProgress(w io.Writer, quiet bool) *progress {
+	p := &progress{w: w, quiet: quiet, start: map[string]time.Time{}}
+	if f, ok := w.(*os.File); ok {
+		p.tty = term.IsTerminal(int(f.Fd()))
+	}
+	return p
+}
+
+func (p *progress) event(e reconciler.Event) {
+	if p.quiet {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := e.Run + "/" + e.Check
+	switch {
+	case e.Started:
+		p.start[key] = time.Now()
+		if p.tty {
+			fmt.Fprintf(p.w, "[%d/%d] %s … running", e.Index+1, e.Total, e.Check)
+		} else {
+			fmt.Fprintf(p.w, "[%d/%d] %s: running\n", e.Index+1, e.Total, e.Check)
+		}
+	case e.Done:
+		d := ""
+		if t, ok := p.start[key]; ok {
+			d = fmt.Sprintf(" (%s)", time.Since(t).Round(10*time.Millisecond))
+		}
+		v := string(e.Verdict)
+		if e.Skipped {
+			v += ", skipped"
+		}
+		if p.tty {
+			fmt.Fprintf(p.w, "\r\033[K")
+		}
+		fmt.Fprintf(p.w, "[%d/%d] %s: %s%s\n", e.Index+1, e.Total, e.Check, v, d)
+	}
+}
+
+func currentBranch(repo string) (string, error) {
+	r, err := git.PlainOpen(repo)
+	if err != nil {
+		return "", err
+	}
+	ref, err := r.Head()
+	if err != nil {
+		return "", err
+	}
+	if !ref.Name().IsBranch() {
+		return "", errors.New("HEAD is not on a branch")
+	}
+	return ref.Name().Short(), nil
+}
+
+func defaultStateDir(repo, cluster string) string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = os.TempDir()
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	abs, err := filepath.Abs(repo)
+	if err != nil {
+		abs = repo
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(base, "signet", hex.EncodeToString(sum[:6]), cluster)
+}

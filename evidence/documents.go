@@ -1,0 +1,222 @@
+package evidence
+
+import (
+	"fmt"
+	"path"
+	"time"
+
+	"signet.dev/signet/specs"
+)
+
+// Predicate types of the documents a run leaves on the evidence branch
+// (DESIGN §6). Every one is the predicate of an in-toto Statement v1 in a
+// DSSE envelope signed by the reconciler's key.
+const (
+	PredicateAdmission   = "https://signet.dev/admission/v1"
+	PredicateCheckIntent = "https://signet.dev/check-intent/v1"
+	PredicateCheck       = "https://signet.dev/check/v1"
+	PredicateEvidence    = "https://signet.dev/evidence/v1"
+	PredicateCancel      = "https://signet.dev/cancel/v1"
+	PredicateRelease     = "https://signet.dev/release/v1"
+	PredicateReceipt     = "https://signet.dev/receipt/v1"
+)
+
+// File names inside a run directory.
+const (
+	AdmissionFile = "admission.json"
+	EvidenceFile  = "evidence.json"
+	CancelFile    = "cancel.json"
+	ReleaseFile   = "release.json"
+	ReceiptFile   = "receipt.json"
+)
+
+// NodePath is the node snapshot file of node in runDir.
+func NodePath(runDir, node string) string { return path.Join(runDir, "nodes", node+".json") }
+
+// ApprovalPath is the copy of an approval relied on at admission (or by a
+// cancel or release) in runDir. Names are chosen by the caller and unique.
+func ApprovalPath(runDir, name string) string { return path.Join(runDir, "approvals", name) }
+
+// CheckIntentPath is the intent of check index (0-based) named name.
+func CheckIntentPath(runDir string, index int, name string) string {
+	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.intent.json", index, name))
+}
+
+// CheckPath is the check evidence of check index named name.
+func CheckPath(runDir string, index int, name string) string {
+	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.json", index, name))
+}
+
+// LogPath is the bounded log tail of one participant of one check.
+func LogPath(runDir string, index int, check, participant, stream string) string {
+	return path.Join(runDir, "logs", fmt.Sprintf("%02d-%s", index, check), participant+"."+stream+".log")
+}
+
+// FileRef binds a file of the run directory by its digest.
+type FileRef struct {
+	Path   string       `json:"path"`
+	Digest specs.Digest `json:"digest"`
+}
+
+// ObjectRef names a rendered spec object and its canonical digest.
+type ObjectRef struct {
+	Kind   string       `json:"kind"`
+	Name   string       `json:"name"`
+	Digest specs.Digest `json:"digest"`
+}
+
+// Participant is one node of a run, bound to its snapshot file.
+type Participant struct {
+	Index    int     `json:"index"`
+	Node     string  `json:"node"`
+	UID      string  `json:"uid"`
+	Snapshot FileRef `json:"snapshot"`
+}
+
+// Admission is the predicate of admission.json: everything a run was
+// admitted with, frozen. The profile and request are stored as their
+// canonical JSON so that a restarted reconciler runs exactly what was
+// admitted, whatever the spec repository says now.
+type Admission struct {
+	Cluster           string                     `json:"cluster"`
+	Run               string                     `json:"run"`
+	AdmittedAt        time.Time                  `json:"admittedAt"`
+	SpecRepository    string                     `json:"specRepository,omitempty"`
+	SpecCommit        string                     `json:"specCommit"`
+	SpecPath          string                     `json:"specPath"`
+	TrustPolicyDigest specs.Digest               `json:"trustPolicyDigest"`
+	Request           ObjectRef                  `json:"request"`
+	RequestObject     specs.CertificationRequest `json:"requestObject"`
+	Profile           ObjectRef                  `json:"profile"`
+	ProfileObject     specs.CertificationProfile `json:"profileObject"`
+	Bundle            BundleRecord               `json:"bundle"`
+	Participants      []Participant              `json:"participants"`
+	Approvals         []FileRef                  `json:"approvals"`
+	RunDeadline       time.Time                  `json:"runDeadline"`
+}
+
+// BundleRecord is the bundle a run was admitted with: its aggregate digest
+// and the digest of every file (DESIGN §3).
+type BundleRecord struct {
+	Path   string       `json:"path"`
+	Digest specs.Digest `json:"digest"`
+	Files  []FileRef    `json:"files"`
+}
+
+// CheckIntent is the predicate of checks/NN-name.intent.json, durable before
+// the backend is created. An intent without check evidence after a restart
+// means the check was interrupted: it is recorded as Error, never re-run.
+type CheckIntent struct {
+	Run            string       `json:"run"`
+	Check          string       `json:"check"`
+	Index          int          `json:"index"`
+	Backend        string       `json:"backend"`
+	BackendNames   []string     `json:"backendNames"`
+	RenderedDigest specs.Digest `json:"renderedDigest"`
+	ScriptDigest   specs.Digest `json:"scriptDigest"`
+	Nonce          string       `json:"nonce"`
+	Deadline       time.Time    `json:"deadline"`
+	CreatedAt      time.Time    `json:"createdAt"`
+}
+
+// ParticipantOutcome is one participant's outcome of one check.
+type ParticipantOutcome struct {
+	Node     string        `json:"node"`
+	Identity Identity      `json:"identity"`
+	Verdict  specs.Verdict `json:"verdict"`
+	Reason   string        `json:"reason,omitempty"`
+	ExitCode *int          `json:"exitCode,omitempty"`
+	Signal   string        `json:"signal,omitempty"`
+	Result   *specs.Result `json:"result,omitempty"`
+	Logs     []FileRef     `json:"logs,omitempty"`
+}
+
+// Identity is how a participant's workload was identified (DESIGN §4
+// coverage): the backend-assigned workload id, the node name and node UID.
+type Identity struct {
+	Workload string `json:"workload"`
+	Node     string `json:"node"`
+	NodeUID  string `json:"nodeUID"`
+}
+
+// CheckEvidence is the predicate of checks/NN-name.json.
+type CheckEvidence struct {
+	Run          string               `json:"run"`
+	Check        string               `json:"check"`
+	Index        int                  `json:"index"`
+	Intent       FileRef              `json:"intent"`
+	Verdict      specs.Verdict        `json:"verdict"`
+	Reason       string               `json:"reason,omitempty"`
+	Covered      bool                 `json:"covered"`
+	Participants []ParticipantOutcome `json:"participants"`
+	StartedAt    time.Time            `json:"startedAt"`
+	EndedAt      time.Time            `json:"endedAt"`
+}
+
+// CheckSummary is one check's line in the run evidence.
+type CheckSummary struct {
+	Index    int           `json:"index"`
+	Check    string        `json:"check"`
+	Verdict  specs.Verdict `json:"verdict"`
+	Evidence *FileRef      `json:"evidence,omitempty"`
+	Skipped  bool          `json:"skipped,omitempty"`
+}
+
+// NodeSummary is one node's verdict in the run evidence.
+type NodeSummary struct {
+	Node    string        `json:"node"`
+	Verdict specs.Verdict `json:"verdict"`
+}
+
+// RunEvidence is the predicate of evidence.json.
+type RunEvidence struct {
+	Run       string         `json:"run"`
+	Cluster   string         `json:"cluster"`
+	Admission FileRef        `json:"admission"`
+	Verdict   specs.Verdict  `json:"verdict"`
+	Canceled  bool           `json:"canceled"`
+	Covered   bool           `json:"covered"`
+	Checks    []CheckSummary `json:"checks"`
+	Nodes     []NodeSummary  `json:"nodes"`
+	EndedAt   time.Time      `json:"endedAt"`
+}
+
+// Action is the predicate of cancel.json and release.json: an approved
+// action on a request, with copies of the approvals it relied on.
+type Action struct {
+	Run       string    `json:"run"`
+	Action    string    `json:"action"`
+	Request   ObjectRef `json:"request"`
+	Approvals []FileRef `json:"approvals"`
+	Nodes     []string  `json:"nodes,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Receipt is the predicate of receipt.json: the terminal record of a run,
+// chained per cluster by sequence number and the previous receipt's digest.
+type Receipt struct {
+	Cluster        string        `json:"cluster"`
+	Run            string        `json:"run"`
+	Sequence       int64         `json:"sequence"`
+	Previous       *FileRef      `json:"previous,omitempty"`
+	Verdict        specs.Verdict `json:"verdict"`
+	Evidence       FileRef       `json:"evidence"`
+	EvidenceCommit string        `json:"evidenceCommit"`
+	Cleanup        string        `json:"cleanup"`
+	Released       []string      `json:"released"`
+	Retained       []string      `json:"retained"`
+	At             time.Time     `json:"at"`
+}
+
+// ChainPath is the create-only link of receipt number seq in cluster's
+// receipt chain: chain/<cluster>/<seq/10000>/<seq>. Receipts are written
+// one at a time, so creating link seq+1 is what serializes two writers.
+func ChainPath(cluster string, seq int64) string {
+	return path.Join("chain", cluster, fmt.Sprintf("%08d", seq/10000), fmt.Sprintf("%012d", seq))
+}
+
+// ChainLink is the content of a ChainPath file.
+type ChainLink struct {
+	Run     string  `json:"run"`
+	Receipt FileRef `json:"receipt"`
+}

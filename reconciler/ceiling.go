@@ -1,0 +1,89 @@
+package reconciler
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"signet.dev/signet/specs"
+)
+
+// CeilingViolation is one way a profile asks for more than the ceiling.
+type CeilingViolation struct {
+	Field   string
+	Message string
+}
+
+func (v CeilingViolation) String() string { return v.Field + ": " + v.Message }
+
+// Check returns every way p asks for more than the ceiling, or for a
+// backend this reconciler has not enabled. An empty result means p fits.
+// It runs at admission, before any node is touched.
+func (c Ceiling) Check(p *specs.CertificationProfile, backends BackendsConfig) []CeilingViolation {
+	var out []CeilingViolation
+	add := func(field, format string, args ...any) {
+		out = append(out, CeilingViolation{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	for i, ck := range p.Spec.Checks {
+		f := fmt.Sprintf("spec.checks[%d]", i)
+		switch ck.Backend {
+		case specs.BackendLocal:
+			if !backends.Local.Enabled {
+				add(f+".backend", "the local backend is not enabled in this reconciler's config")
+			}
+		default:
+			add(f+".backend", "backend %q is not available in this reconciler", ck.Backend)
+		}
+		if c.MaxGPUs > 0 && ck.GPUCount > c.MaxGPUs {
+			add(f+".gpuCount", "%d is over the ceiling of %d", ck.GPUCount, c.MaxGPUs)
+		}
+		w := ck.Workload
+		if w == nil {
+			continue
+		}
+		wf := f + ".workload"
+		if !c.registryAllowed(w.Image) {
+			add(wf+".image", "%q is not in an allowed registry (%s)", w.Image, strings.Join(c.Registries, ", "))
+		}
+		if w.HostNetwork && !c.HostNetwork {
+			add(wf+".hostNetwork", "host network is not allowed by the ceiling")
+		}
+		for j, hp := range w.HostPaths {
+			if !c.hostPathAllowed(hp.Path) {
+				add(fmt.Sprintf("%s.hostPaths[%d].path", wf, j), "%q is not under an allowed host path", hp.Path)
+			}
+		}
+		if sc := w.SecurityContext; sc != nil {
+			if sc.Privileged && !c.AllowPrivileged {
+				add(wf+".securityContext.privileged", "privileged containers are not allowed by the ceiling")
+			}
+			for j, capName := range sc.Capabilities {
+				if !slices.Contains(c.Capabilities, capName) {
+					add(fmt.Sprintf("%s.securityContext.capabilities[%d]", wf, j), "capability %q is not allowed by the ceiling", capName)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (c Ceiling) registryAllowed(image string) bool {
+	for _, r := range c.Registries {
+		r = strings.TrimSuffix(r, "/")
+		if strings.HasPrefix(image, r+"/") || strings.HasPrefix(image, r+"@") {
+			return true
+		}
+	}
+	return false
+}
+
+func (c Ceiling) hostPathAllowed(p string) bool {
+	p = path.Clean(p)
+	for _, allowed := range c.HostPaths {
+		if p == allowed || strings.HasPrefix(p, strings.TrimSuffix(allowed, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,89 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"sync"
+
+	"signet.dev/signet/evidence"
+)
+
+// chainCache remembers the head of this cluster's receipt chain.
+type chainCache struct {
+	mu    sync.Mutex
+	known bool
+	seq   int64
+	ref   *evidence.FileRef
+}
+
+type chainHeadInfo struct {
+	seq int64
+	ref *evidence.FileRef
+}
+
+func (c *chainCache) invalidate() {
+	c.mu.Lock()
+	c.known = false
+	c.mu.Unlock()
+}
+
+func (c *chainCache) set(seq int64, ref *evidence.FileRef) {
+	c.mu.Lock()
+	c.known, c.seq, c.ref = true, seq, ref
+	c.mu.Unlock()
+}
+
+// chainHead returns the last receipt of this cluster's chain (seq 0 and a
+// nil ref when there is none), reading the branch when not cached.
+func (r *Reconciler) chainHead(ctx context.Context) (chainHeadInfo, error) {
+	r.chain.mu.Lock()
+	if r.chain.known {
+		h := chainHeadInfo{r.chain.seq, r.chain.ref}
+		r.chain.mu.Unlock()
+		return h, nil
+	}
+	r.chain.mu.Unlock()
+	if err := r.store.Refresh(ctx); err != nil {
+		return chainHeadInfo{}, err
+	}
+	base := path.Join("chain", r.cfg.Cluster)
+	buckets, err := r.store.ReadDir(ctx, base)
+	if errors.Is(err, evidence.ErrNotFound) || (err == nil && len(buckets) == 0) {
+		r.chain.set(0, nil)
+		return chainHeadInfo{}, nil
+	}
+	if err != nil {
+		return chainHeadInfo{}, err
+	}
+	slices.Sort(buckets)
+	last := buckets[len(buckets)-1]
+	links, err := r.store.ReadDir(ctx, path.Join(base, last))
+	if err != nil {
+		return chainHeadInfo{}, err
+	}
+	slices.Sort(links)
+	if len(links) == 0 {
+		return chainHeadInfo{}, fmt.Errorf("%s/%s: empty receipt chain bucket", base, last)
+	}
+	name := links[len(links)-1]
+	seq, err := strconv.ParseInt(name, 10, 64)
+	if err != nil {
+		return chainHeadInfo{}, fmt.Errorf("%s/%s/%s: not a sequence number", base, last, name)
+	}
+	b, err := r.store.Read(ctx, evidence.ChainPath(r.cfg.Cluster, seq))
+	if err != nil {
+		return chainHeadInfo{}, err
+	}
+	var link evidence.ChainLink
+	if err := json.Unmarshal(b, &link); err != nil {
+		return chainHeadInfo{}, fmt.Errorf("%s: %w", evidence.ChainPath(r.cfg.Cluster, seq), err)
+	}
+	ref := link.Receipt
+	r.chain.set(seq, &ref)
+	return chainHeadInfo{seq, &ref}, nil
+}

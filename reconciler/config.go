@@ -1,0 +1,195 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"signet.dev/signet/specs"
+)
+
+// KindConfig is the kind of the reconciler's configuration file.
+const KindConfig = "ReconcilerConfig"
+
+// MaxConfigBytes bounds the configuration file.
+const MaxConfigBytes = 1 << 20
+
+// Config is the reconciler's configuration, set by the platform owner and
+// never read from the spec repository.
+type Config struct {
+	specs.TypeMeta `json:",inline"`
+	// Cluster names this reconciler (a DNS label); run IDs, evidence paths
+	// and the receipt chain are per cluster.
+	Cluster string `json:"cluster"`
+	// Spec is where the spec repository is read from.
+	Spec SourceConfig `json:"spec"`
+	// Evidence is where evidence is written; URL defaults to Spec.URL.
+	Evidence EvidenceConfig `json:"evidence"`
+	// TrustPolicy is the path of the trust policy file.
+	TrustPolicy string `json:"trustPolicy"`
+	// SigningKey is the path of the reconciler's private key (PEM). Its
+	// passphrase, if any, comes from PassphraseFile or PassphraseEnv.
+	SigningKey     string `json:"signingKey"`
+	PassphraseFile string `json:"passphraseFile,omitempty"`
+	PassphraseEnv  string `json:"passphraseEnv,omitempty"`
+	// StateDir holds the local Git mirrors and the last pushed evidence tip.
+	StateDir string `json:"stateDir"`
+	// Interval between polls of the spec repository ("60s").
+	Interval specs.Seconds `json:"interval,omitempty"`
+	// Listen is the address of /healthz, /readyz, /metrics, /status, the
+	// webhook receivers and the reconcile trigger ("127.0.0.1:8080").
+	Listen string `json:"listen,omitempty"`
+	// Webhook configures push-event receivers.
+	Webhook WebhookConfig `json:"webhook,omitempty"`
+	// Backends enables backends; none is on by default.
+	Backends BackendsConfig `json:"backends"`
+	// Ceiling bounds what any workload may ask for.
+	Ceiling Ceiling `json:"ceiling"`
+}
+
+// SourceConfig locates a Git repository.
+type SourceConfig struct {
+	URL    string `json:"url"`
+	Branch string `json:"branch,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// TokenFile holds an HTTP(S) token; SSHKeyFile an SSH private key.
+	TokenFile    string `json:"tokenFile,omitempty"`
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
+	SSHKeyFile   string `json:"sshKeyFile,omitempty"`
+}
+
+// EvidenceConfig locates the evidence branch.
+type EvidenceConfig struct {
+	SourceConfig `json:",inline"`
+}
+
+// WebhookConfig holds the secrets of the push-event receivers.
+type WebhookConfig struct {
+	GitHubSecretFile string `json:"githubSecretFile,omitempty"`
+	GitLabTokenFile  string `json:"gitlabTokenFile,omitempty"`
+}
+
+// BackendsConfig enables backends.
+type BackendsConfig struct {
+	Local LocalConfig `json:"local"`
+}
+
+// LocalConfig enables the local backend. When signet runs as root, checks
+// run as User (default "nobody"), never as root.
+type LocalConfig struct {
+	Enabled bool   `json:"enabled"`
+	User    string `json:"user,omitempty"`
+	// Grace is the time between TERM and KILL at a deadline or cancel.
+	Grace specs.Seconds `json:"grace,omitempty"`
+}
+
+// Ceiling is the most any check's workload may ask for (DESIGN §2). A
+// profile may ask for less, never more; approvals cannot widen it.
+type Ceiling struct {
+	Namespace       string   `json:"namespace,omitempty"`
+	AllowPrivileged bool     `json:"allowPrivileged,omitempty"`
+	Capabilities    []string `json:"capabilities,omitempty"`
+	HostPaths       []string `json:"hostPaths,omitempty"`
+	HostNetwork     bool     `json:"hostNetwork,omitempty"`
+	Registries      []string `json:"registries,omitempty"`
+	MaxGPUs         int      `json:"maxGPUs,omitempty"`
+}
+
+// LoadConfig reads and validates the configuration file at file.
+func LoadConfig(file string) (*Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("%s: %d bytes is over the %d byte bound", file, len(b), MaxConfigBytes)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.APIVersion != specs.APIVersion || c.Kind != KindConfig {
+		errs = append(errs, fmt.Errorf("apiVersion/kind: want %s %s, got %q %q", specs.APIVersion, KindConfig, c.APIVersion, c.Kind))
+	}
+	if !isDNSLabel(c.Cluster) {
+		errs = append(errs, fmt.Errorf("cluster: %q is not a DNS label", c.Cluster))
+	}
+	if c.Spec.URL == "" {
+		errs = append(errs, errors.New("spec.url: required"))
+	}
+	if c.TrustPolicy == "" {
+		errs = append(errs, errors.New("trustPolicy: required"))
+	}
+	if c.SigningKey == "" {
+		errs = append(errs, errors.New("signingKey: required"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("stateDir: required"))
+	}
+	if c.Spec.Path != "" && (path.IsAbs(c.Spec.Path) || strings.Contains(c.Spec.Path, "..")) {
+		errs = append(errs, fmt.Errorf("spec.path: %q must be relative and stay in the repository", c.Spec.Path))
+	}
+	for i, hp := range c.Ceiling.HostPaths {
+		if !path.IsAbs(hp) || path.Clean(hp) != hp {
+			errs = append(errs, fmt.Errorf("ceiling.hostPaths[%d]: %q is not an absolute clean path", i, hp))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills the documented defaults.
+func (c *Config) withDefaults() {
+	if c.Spec.Branch == "" {
+		c.Spec.Branch = "main"
+	}
+	if c.Spec.Path == "" {
+		c.Spec.Path = "."
+	}
+	if c.Evidence.URL == "" {
+		c.Evidence.SourceConfig = SourceConfig{URL: c.Spec.URL, TokenFile: c.Spec.TokenFile, Username: c.Spec.Username, PasswordFile: c.Spec.PasswordFile, SSHKeyFile: c.Spec.SSHKeyFile}
+	}
+	if c.Evidence.Branch == "" {
+		c.Evidence.Branch = "signet/evidence"
+	}
+	if c.Interval == 0 {
+		c.Interval = 60
+	}
+	if c.Backends.Local.User == "" {
+		c.Backends.Local.User = "nobody"
+	}
+	if c.Backends.Local.Grace == 0 {
+		c.Backends.Local.Grace = 5
+	}
+}
+
+// interval is the poll interval.
+func (c *Config) interval() time.Duration { return time.Duration(c.Interval) * time.Second }
+
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+		case r == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,550 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+	"sort"
+	"time"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/crash"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// step is one stage of a run's lifecycle after admission. Its precondition
+// is the durable record of the step before it; it reads the evidence branch
+// first and does nothing when its own record is already there, so that the
+// list can be re-run from the start after any failure or restart.
+type step struct {
+	name string
+	fn   func(ctx context.Context, rs *runState) error
+}
+
+func (r *Reconciler) steps() []step {
+	return []step{
+		{"checks", r.runChecks},       // reads: admission, intents, check evidence; writes: intents, check evidence, logs
+		{"evidence", r.writeEvidence}, // reads: check evidence; writes: evidence.json
+		{"release", r.releasePassing}, // reads: evidence.json; writes: in-memory holds
+		{"receipt", r.writeReceipt},   // reads: evidence.json, the chain head; writes: receipt.json + chain link
+	}
+}
+
+// drive takes an admitted run to its receipt. It retries the step list with
+// backoff until it succeeds or ctx ends; every step is idempotent against
+// the evidence branch, so a retry never repeats an effect.
+func (r *Reconciler) drive(ctx context.Context, rs *runState) {
+	defer r.runFinished(rs)
+	backoff := time.Second
+	for {
+		err := r.driveOnce(ctx, rs)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			r.log.Info("run paused by shutdown; it resumes on restart", "run", rs.id, "phase", rs.phase)
+			return
+		}
+		r.log.Error("run step failed; retrying", "run", rs.id, "phase", rs.phase, "error", err, "retryIn", backoff.String())
+		r.metrics.errors.WithLabelValues("run").Inc()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (r *Reconciler) driveOnce(ctx context.Context, rs *runState) error {
+	for _, s := range r.steps() {
+		if err := s.fn(ctx, rs); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// runChecks runs every check of the frozen profile in order, each as
+// intent → backend → observe → check evidence → cleanup.
+func (r *Reconciler) runChecks(ctx context.Context, rs *runState) error {
+	rs.setPhase(PhaseChecking)
+	prof := rs.adm.ProfileObject
+	rs.mu.Lock()
+	rs.summaries = rs.summaries[:0]
+	rs.outcomes = map[string][]specs.Verdict{}
+	rs.mu.Unlock()
+	failed := false
+	for i, ck := range prof.Spec.Checks {
+		sum, err := r.runCheck(ctx, rs, i, ck, failed && prof.Spec.OnFailure == specs.OnFailureStop)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", ck.Name, err)
+		}
+		if sum.Verdict == specs.VerdictFail || sum.Verdict == specs.VerdictError {
+			failed = true
+		}
+		rs.mu.Lock()
+		rs.summaries = append(rs.summaries, sum)
+		rs.mu.Unlock()
+		r.observe(Event{Run: rs.id, Check: ck.Name, Index: i, Total: len(prof.Spec.Checks), Verdict: sum.Verdict, Skipped: sum.Skipped, Done: true})
+	}
+	return nil
+}
+
+func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs.Check, stopped bool) (evidence.CheckSummary, error) {
+	log := r.log.With("run", rs.id, "check", ck.Name)
+	evPath := evidence.CheckPath(rs.dir, i, ck.Name)
+	intentPath := evidence.CheckIntentPath(rs.dir, i, ck.Name)
+
+	// Already durable: take the recorded verdict.
+	if b, err := r.store.Read(ctx, evPath); err == nil {
+		var ce evidence.CheckEvidence
+		if err := r.readOwn(b, evidence.PredicateCheck, &ce); err != nil {
+			return evidence.CheckSummary{}, fmt.Errorf("%s: %w", evPath, err)
+		}
+		r.noteOutcomes(rs, ce)
+		return evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: ce.Verdict, Evidence: &evidence.FileRef{Path: evPath, Digest: specs.DigestOf(b)}}, nil
+	} else if !errors.Is(err, evidence.ErrNotFound) {
+		return evidence.CheckSummary{}, err
+	}
+
+	intentBytes, err := r.store.Read(ctx, intentPath)
+	intentExists := err == nil
+	if err != nil && !errors.Is(err, evidence.ErrNotFound) {
+		return evidence.CheckSummary{}, err
+	}
+	if !intentExists && (stopped || rs.isCanceled()) {
+		return evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: skippedVerdict(rs), Skipped: true}, nil
+	}
+
+	be, err := r.backendFor(ck.Backend)
+	if err != nil {
+		return evidence.CheckSummary{}, err
+	}
+	cr, err := r.checkRun(ctx, rs, i, ck)
+	if err != nil {
+		return evidence.CheckSummary{}, err
+	}
+
+	var report *CheckReport
+	interrupted := ""
+	rs.mu.Lock()
+	cached := rs.reports[i]
+	rs.mu.Unlock()
+	var intentRef evidence.FileRef
+	switch {
+	case intentExists:
+		var in evidence.CheckIntent
+		if err := r.readOwn(intentBytes, evidence.PredicateCheckIntent, &in); err != nil {
+			return evidence.CheckSummary{}, fmt.Errorf("%s: %w", intentPath, err)
+		}
+		cr.Nonce, cr.Deadline = in.Nonce, in.Deadline
+		intentRef = evidence.FileRef{Path: intentPath, Digest: specs.DigestOf(intentBytes)}
+		if cached != nil {
+			report = cached
+			break
+		}
+		// The intent is durable but this process holds no report: it was
+		// written before a restart. Adopt what is left; never create again.
+		rep, found, err := be.Adopt(ctx, cr)
+		if err != nil {
+			return evidence.CheckSummary{}, fmt.Errorf("adopt: %w", err)
+		}
+		if found {
+			report = rep
+		} else {
+			interrupted = "interrupted: the reconciler restarted after the check's intent was recorded and no backend was found to adopt; the check is not run again"
+			log.Warn("check interrupted by a restart; recorded as Error", "reason", interrupted)
+		}
+	default:
+		nonce, err := newNonce()
+		if err != nil {
+			return evidence.CheckSummary{}, err
+		}
+		cr.Nonce = nonce
+		cr.Deadline = r.now().Add(ck.Deadline.Duration())
+		names, rendered, err := be.Describe(cr)
+		if err != nil {
+			return evidence.CheckSummary{}, err
+		}
+		intent := evidence.CheckIntent{
+			Run: rs.id, Check: ck.Name, Index: i, Backend: string(ck.Backend), BackendNames: names,
+			RenderedDigest: rendered, ScriptDigest: cr.ScriptDigest, Nonce: nonce, Deadline: cr.Deadline, CreatedAt: r.now(),
+		}
+		f, err := r.document(intentPath, evidence.PredicateCheckIntent, rs.snapshotSubjects(), intent)
+		if err != nil {
+			return evidence.CheckSummary{}, err
+		}
+		if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s intent of check %s", r.cfg.Cluster, rs.id, ck.Name), []evidence.File{f}); err != nil {
+			// Whether another writer won or the remote failed, the backend
+			// must not be created without a durable intent of our own.
+			return evidence.CheckSummary{}, fmt.Errorf("intent: %w", err)
+		}
+		intentRef = evidence.FileRef{Path: intentPath, Digest: specs.DigestOf(f.Data)}
+		crash.Point("after-intent")
+		r.observe(Event{Run: rs.id, Check: ck.Name, Index: i, Total: len(rs.adm.ProfileObject.Spec.Checks), Started: true})
+		checkCtx, stop := context.WithCancel(ctx)
+		rs.mu.Lock()
+		rs.stopCheck = stop
+		canceled := rs.canceled
+		rs.mu.Unlock()
+		if canceled {
+			stop()
+		}
+		rep, err := be.Run(checkCtx, cr)
+		rs.mu.Lock()
+		rs.stopCheck = nil
+		rs.mu.Unlock()
+		stop()
+		if err != nil {
+			// The backend was (perhaps) created: never create it again.
+			// Record the check as Error with the reason.
+			interrupted = "backend failed: " + err.Error()
+			log.Error("backend failed; check recorded as Error", "error", err)
+		} else {
+			report = rep
+		}
+		rs.mu.Lock()
+		rs.reports[i] = report
+		rs.mu.Unlock()
+		if ctx.Err() != nil {
+			// Shutting down: leave the intent without evidence; recovery
+			// adopts or records it.
+			return evidence.CheckSummary{}, ctx.Err()
+		}
+	}
+
+	ce, logs := evaluateCheck(rs, cr, intentRef, report, interrupted)
+	files := append(logs, evidence.File{})
+	f, err := r.document(evPath, evidence.PredicateCheck, rs.snapshotSubjects(), ce)
+	if err != nil {
+		return evidence.CheckSummary{}, err
+	}
+	files[len(files)-1] = f
+	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s check %s: %s", r.cfg.Cluster, rs.id, ck.Name, ce.Verdict), files); err != nil {
+		if errors.Is(err, evidence.ErrExists) {
+			log.Warn("check evidence already written by another writer; taking theirs")
+			return r.runCheck(ctx, rs, i, ck, stopped)
+		}
+		return evidence.CheckSummary{}, fmt.Errorf("check evidence: %w", err)
+	}
+	crash.Point("after-check-evidence")
+	r.metrics.checks.WithLabelValues(string(ce.Verdict)).Inc()
+	if err := be.Cleanup(ctx, cr); err != nil {
+		log.Warn("backend cleanup failed", "error", err)
+	}
+	rs.mu.Lock()
+	delete(rs.reports, i)
+	rs.mu.Unlock()
+	r.noteOutcomes(rs, ce)
+	log.Info("check done", "verdict", ce.Verdict, "reason", ce.Reason)
+	return evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: ce.Verdict, Evidence: &evidence.FileRef{Path: evPath, Digest: specs.DigestOf(f.Data)}}, nil
+}
+
+// skippedVerdict is what a check that never ran counts as for its nodes:
+// it did not cover them, so they cannot pass (fail-closed).
+func skippedVerdict(rs *runState) specs.Verdict {
+	if rs.isCanceled() {
+		return specs.VerdictCanceled
+	}
+	return specs.VerdictError
+}
+
+func (r *Reconciler) noteOutcomes(rs *runState, ce evidence.CheckEvidence) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, p := range ce.Participants {
+		rs.outcomes[p.Node] = append(rs.outcomes[p.Node], p.Verdict)
+	}
+}
+
+// evaluateCheck applies DESIGN §4 to a backend report: each expected
+// participant must be identified (workload id, node name and node UID as
+// snapshotted) and have a valid, fresh result matching its exit.
+func evaluateCheck(rs *runState, cr *CheckRun, intent evidence.FileRef, report *CheckReport, interrupted string) (evidence.CheckEvidence, []evidence.File) {
+	ce := evidence.CheckEvidence{Run: rs.id, Check: cr.Check.Name, Index: cr.Index, Intent: intent, Covered: true}
+	var files []evidence.File
+	exp := specs.Expect{Run: rs.id, Check: cr.Check.Name, Nonce: cr.Nonce}
+	byNode := map[string]*ParticipantReport{}
+	if report != nil {
+		ce.StartedAt, ce.EndedAt = report.StartedAt, report.EndedAt
+		for j := range report.Participants {
+			p := &report.Participants[j]
+			if _, dup := byNode[p.Node]; dup || !slices.ContainsFunc(cr.Participants, func(q evidence.Participant) bool { return q.Node == p.Node }) {
+				ce.Covered = false
+				ce.Reason = fmt.Sprintf("coverage: a workload reported for node %q, which is not an expected participant or is reported twice", p.Node)
+				continue
+			}
+			byNode[p.Node] = p
+		}
+	}
+	var verdicts []specs.Verdict
+	for _, part := range cr.Participants {
+		po := evidence.ParticipantOutcome{Node: part.Node}
+		p := byNode[part.Node]
+		switch {
+		case interrupted != "":
+			po.Verdict, po.Reason = specs.VerdictError, interrupted
+			ce.Covered = false
+		case p == nil:
+			po.Verdict, po.Reason = specs.VerdictError, "coverage: no workload was observed for this participant"
+			ce.Covered = false
+		case p.Identity.Workload == "" || p.Identity.Node != part.Node || p.Identity.NodeUID != part.UID:
+			po.Identity = p.Identity
+			po.Verdict = specs.VerdictError
+			po.Reason = fmt.Sprintf("coverage: workload %q ran on node %q (uid %q), expected node %q (uid %q)", p.Identity.Workload, p.Identity.Node, p.Identity.NodeUID, part.Node, part.UID)
+			ce.Covered = false
+		default:
+			po.Identity = p.Identity
+			out := specs.Evaluate(exp, p.Termination, p.Result)
+			po.Verdict, po.Reason, po.Result = out.Verdict, out.Reason, out.Result
+			if p.Termination.Exited {
+				code := p.Termination.ExitCode
+				po.ExitCode = &code
+			}
+			po.Signal = p.Termination.Signal
+			if out.Verdict == specs.VerdictError {
+				ce.Covered = ce.Covered && out.Result != nil
+			}
+		}
+		if p != nil {
+			for _, s := range []struct {
+				name string
+				data []byte
+			}{{"stdout", p.Stdout}, {"stderr", p.Stderr}} {
+				if len(s.data) == 0 {
+					continue
+				}
+				lp := evidence.LogPath(rs.dir, cr.Index, cr.Check.Name, part.Node, s.name)
+				files = append(files, evidence.File{Path: lp, Data: s.data})
+				po.Logs = append(po.Logs, evidence.FileRef{Path: lp, Digest: specs.DigestOf(s.data)})
+			}
+		}
+		verdicts = append(verdicts, po.Verdict)
+		ce.Participants = append(ce.Participants, po)
+	}
+	if !ce.Covered && ce.Reason != "" {
+		verdicts = append(verdicts, specs.VerdictError)
+	}
+	ce.Verdict = specs.RunVerdict(false, verdicts)
+	if ce.Reason == "" {
+		for _, po := range ce.Participants {
+			if po.Verdict == ce.Verdict && po.Reason != "" {
+				ce.Reason = po.Node + ": " + po.Reason
+				break
+			}
+		}
+	}
+	return ce, files
+}
+
+// writeEvidence writes the run evidence: verdicts per check and per node.
+func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
+	rs.setPhase(PhaseEvidence)
+	p := path.Join(rs.dir, evidence.EvidenceFile)
+	if b, err := r.store.Read(ctx, p); err == nil {
+		var ev evidence.RunEvidence
+		if err := r.readOwn(b, evidence.PredicateEvidence, &ev); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		rs.mu.Lock()
+		rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
+		rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
+		if rs.evCommit == "" {
+			rs.evCommit = r.store.Tip()
+		}
+		rs.mu.Unlock()
+		return nil
+	} else if !errors.Is(err, evidence.ErrNotFound) {
+		return err
+	}
+	canceled, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.CancelFile))
+	if err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	ev := evidence.RunEvidence{Run: rs.id, Cluster: r.cfg.Cluster, Admission: rs.admRef, Canceled: canceled, Covered: true, Checks: slices.Clone(rs.summaries), EndedAt: r.now()}
+	var verdicts []specs.Verdict
+	for _, s := range ev.Checks {
+		verdicts = append(verdicts, s.Verdict)
+		if s.Skipped || s.Verdict != specs.VerdictPass {
+			ev.Covered = ev.Covered && !s.Skipped
+		}
+	}
+	ev.Verdict = specs.RunVerdict(canceled, verdicts)
+	skipped := slices.ContainsFunc(ev.Checks, func(s evidence.CheckSummary) bool { return s.Skipped })
+	for _, n := range rs.nodeNames() {
+		vs := slices.Clone(rs.outcomes[n])
+		if skipped || len(vs) != len(ev.Checks) {
+			vs = append(vs, skippedVerdict(rs))
+		}
+		nv := specs.NodeVerdict(vs)
+		if canceled && nv != specs.VerdictPass {
+			nv = specs.VerdictCanceled
+		}
+		ev.Nodes = append(ev.Nodes, evidence.NodeSummary{Node: n, Verdict: nv})
+	}
+	rs.mu.Unlock()
+	f, err := r.document(p, evidence.PredicateEvidence, rs.snapshotSubjects(), ev)
+	if err != nil {
+		return err
+	}
+	commit, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s evidence: %s", r.cfg.Cluster, rs.id, ev.Verdict), []evidence.File{f})
+	if errors.Is(err, evidence.ErrExists) {
+		return r.writeEvidence(ctx, rs)
+	}
+	if err != nil {
+		return err
+	}
+	crash.Point("after-run-evidence")
+	rs.mu.Lock()
+	rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
+	rs.evCommit = commit
+	rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
+	rs.mu.Unlock()
+	r.metrics.runs.WithLabelValues(string(ev.Verdict)).Inc()
+	r.log.Info("run evidence written", "run", rs.id, "verdict", ev.Verdict)
+	return nil
+}
+
+// releasePassing releases every node whose verdict is Pass and retains the
+// others until an approved release.
+func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
+	rs.setPhase(PhaseReleasing)
+	rs.mu.Lock()
+	var released, retained []string
+	for _, n := range rs.nodes {
+		if n.Verdict == specs.VerdictPass {
+			released = append(released, n.Node)
+		} else {
+			retained = append(retained, n.Node)
+		}
+	}
+	rs.released, rs.retained = released, retained
+	rs.mu.Unlock()
+	r.holds.release(rs.id, released)
+	r.holds.retain(rs.id, retained)
+	crash.Point("after-release")
+	return nil
+}
+
+// writeReceipt writes the terminal receipt and links it into the cluster's
+// receipt chain. Receipts of one cluster are written one at a time.
+func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
+	p := path.Join(rs.dir, evidence.ReceiptFile)
+	r.receiptMu.Lock()
+	defer r.receiptMu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if b, err := r.store.Read(ctx, p); err == nil {
+			rs.mu.Lock()
+			rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
+			rs.phase = PhaseDone
+			rs.mu.Unlock()
+			return nil
+		} else if !errors.Is(err, evidence.ErrNotFound) {
+			return err
+		}
+		head, err := r.chainHead(ctx)
+		if err != nil {
+			return err
+		}
+		rs.mu.Lock()
+		rc := evidence.Receipt{
+			Cluster: r.cfg.Cluster, Run: rs.id, Sequence: head.seq + 1, Previous: head.ref,
+			Verdict: rs.verdict, Evidence: *rs.evidence, EvidenceCommit: rs.evCommit, Cleanup: "done",
+			Released: nonNil(rs.released), Retained: nonNil(rs.retained), At: r.now(),
+		}
+		rs.mu.Unlock()
+		f, err := r.document(p, evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(rc.Evidence.Path, rc.Evidence.Digest)}, rc)
+		if err != nil {
+			return err
+		}
+		link, _ := json.Marshal(evidence.ChainLink{Run: rs.id, Receipt: evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}})
+		_, err = r.store.Append(ctx, fmt.Sprintf("signet: %s/%s receipt #%d", r.cfg.Cluster, rs.id, rc.Sequence),
+			[]evidence.File{f, {Path: evidence.ChainPath(r.cfg.Cluster, rc.Sequence), Data: link}})
+		if errors.Is(err, evidence.ErrExists) && attempt < 5 {
+			r.chain.invalidate()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.chain.set(rc.Sequence, &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)})
+		crash.Point("after-receipt")
+		rs.mu.Lock()
+		rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
+		rs.phase = PhaseDone
+		rs.mu.Unlock()
+		r.log.Info("receipt written", "run", rs.id, "sequence", rc.Sequence, "verdict", rc.Verdict)
+		return nil
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	sort.Strings(s)
+	return s
+}
+
+// snapshotSubjects are the in-toto subjects of check and run evidence: the
+// participants' node snapshot files (DESIGN §6).
+func (rs *runState) snapshotSubjects() []signing.Subject {
+	out := make([]signing.Subject, 0, len(rs.adm.Participants))
+	for _, p := range rs.adm.Participants {
+		out = append(out, signing.SubjectFor(p.Snapshot.Path, p.Snapshot.Digest))
+	}
+	return out
+}
+
+// document signs predicate as an in-toto statement and returns it as the
+// evidence file at p.
+func (r *Reconciler) document(p, predicateType string, subjects []signing.Subject, predicate any) (evidence.File, error) {
+	st, err := signing.NewStatement(predicateType, subjects, predicate)
+	if err != nil {
+		return evidence.File{}, err
+	}
+	b, err := signing.SignStatement(st, r.key)
+	if err != nil {
+		return evidence.File{}, fmt.Errorf("sign %s: %w", p, err)
+	}
+	return evidence.File{Path: p, Data: b}, nil
+}
+
+// readOwn verifies a document this cluster's reconciler signed and decodes
+// its predicate. A document that does not verify is never trusted.
+func (r *Reconciler) readOwn(b []byte, predicateType string, v any) error {
+	env, err := signing.ParseEnvelope(b)
+	if err != nil {
+		return err
+	}
+	if ids := env.VerifiedKeyIDs(r.key.Public()); len(ids) == 0 {
+		return errors.New("not signed by this reconciler's key")
+	}
+	st, err := env.Statement()
+	if err != nil {
+		return err
+	}
+	if st.PredicateType != predicateType {
+		return fmt.Errorf("predicate type %q, want %q", st.PredicateType, predicateType)
+	}
+	return json.Unmarshal(st.Predicate, v)
+}
+
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+var _ = slog.LevelInfo

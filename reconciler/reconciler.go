@@ -1,0 +1,238 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// Reconciler turns approved requests into runs and runs into evidence.
+// It is safe for concurrent use; Start runs the poll loop, ReconcileOnce
+// one pass.
+type Reconciler struct {
+	cfg       *Config
+	cfgDigest string
+	log       *slog.Logger
+	key       *signing.PrivateKey
+	store     *evidence.Store
+	source    SpecSource
+	nodes     NodeProvider
+	backends  map[specs.Backend]Backend
+	metrics   *Metrics
+	now       func() time.Time
+	observer  func(Event)
+	hostname  string
+	only      string
+	holds     *holds
+	chain     chainCache
+	receiptMu sync.Mutex
+
+	mu       sync.Mutex
+	runs     map[string]*runState
+	lastKey  string
+	dirty    bool
+	status   Status
+	runCtx   context.Context
+	stopRuns context.CancelFunc
+	wg       sync.WaitGroup
+	ready    bool
+	trigger  chan struct{}
+}
+
+// SpecSource is where the reconciler reads specs from: one Git repository.
+type SpecSource interface {
+	// Revision asks the remote for the tip of the branch without fetching
+	// objects (the cost of `git ls-remote`).
+	Revision(ctx context.Context) (string, error)
+	// Checkout makes rev available locally and returns its tree.
+	Checkout(ctx context.Context, rev string) (fs.FS, error)
+}
+
+// Event reports progress of a run to an observer (the CLI's live view).
+type Event struct {
+	Run     string
+	Check   string
+	Index   int
+	Total   int
+	Started bool
+	Done    bool
+	Skipped bool
+	Verdict specs.Verdict
+	Message string
+}
+
+// Options are the parts of a Reconciler that are not configuration.
+type Options struct {
+	Logger   *slog.Logger
+	Store    *evidence.Store
+	Source   SpecSource
+	Nodes    NodeProvider
+	Key      *signing.PrivateKey
+	Backends map[specs.Backend]Backend
+	Metrics  *Metrics
+	Now      func() time.Time
+	Observer func(Event)
+	Hostname string
+	// Only, when set, limits reconciles to the request of that name
+	// (`signet run`).
+	Only string
+}
+
+// New builds a Reconciler. It does not start anything; call Recover and
+// then Start (daemon) or ReconcileOnce (one shot).
+func New(cfg *Config, o Options) (*Reconciler, error) {
+	cfg.withDefaults()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(raw)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Reconciler{
+		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
+		source: o.Source, nodes: o.Nodes, backends: o.Backends, metrics: o.Metrics, now: o.Now, observer: o.Observer,
+		hostname: o.Hostname, only: o.Only, holds: newHolds(), runs: map[string]*runState{},
+		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1),
+	}, nil
+}
+
+func (r *Reconciler) observe(e Event) {
+	if r.observer != nil {
+		r.observer(e)
+	}
+}
+
+func (r *Reconciler) backendFor(b specs.Backend) (Backend, error) {
+	be, ok := r.backends[b]
+	if !ok {
+		return nil, fmt.Errorf("backend %q is not enabled in this reconciler", b)
+	}
+	return be, nil
+}
+
+// Start runs the poll loop until ctx ends: a reconcile every interval and
+// whenever Trigger is called.
+func (r *Reconciler) Start(ctx context.Context) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(r.cfg.interval())
+		defer t.Stop()
+		for {
+			if _, err := r.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+				r.log.Error("reconcile failed", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-r.trigger:
+			}
+		}
+	}()
+}
+
+// Trigger asks the loop for a reconcile now (webhooks, `reconcile --now`).
+func (r *Reconciler) Trigger() {
+	select {
+	case r.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the loop and every run's goroutine and waits for them. Runs
+// stop where they are: every admitted run stays recoverable from the
+// evidence branch, and a running check's process group is killed.
+func (r *Reconciler) Close(ctx context.Context) error {
+	r.stopRuns()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until run id (admitted or recovered by this reconciler) has
+// finished its lifecycle, or ctx ends.
+func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
+	r.mu.Lock()
+	rs := r.runs[id]
+	r.mu.Unlock()
+	if rs == nil {
+		return nil, fmt.Errorf("run %q is not active in this reconciler", id)
+	}
+	select {
+	case <-rs.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	st := runStatus(rs)
+	return &st, nil
+}
+
+// startRun starts the lifecycle goroutine of an admitted or recovered run.
+func (r *Reconciler) startRun(rs *runState) {
+	r.mu.Lock()
+	r.runs[rs.id] = rs
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.drive(r.runCtx, rs)
+	}()
+}
+
+func (r *Reconciler) runFinished(rs *runState) {
+	if rs.phase == PhaseDone {
+		close(rs.done)
+	} else {
+		// Stopped by shutdown: keep the run listed as unfinished.
+		close(rs.done)
+	}
+	r.mu.Lock()
+	r.dirty = true // a node may have been released: requests waiting for it can go on
+	r.mu.Unlock()
+	r.Trigger()
+}
+
+// noopKey is what decides that a reconcile has nothing to do: the spec
+// revision, the trust policy's digest and the reconciler's configuration.
+// The trust policy is part of it so that a revoked key stops counting at
+// once, even with no new commit (cf. fluxcd/source-controller#2165).
+func (r *Reconciler) noopKey(rev string, policy *signing.TrustPolicy) string {
+	return rev + "|" + policy.Digest().String() + "|" + r.cfgDigest
+}
+
+// loadPolicy reads the trust policy file anew on every reconcile.
+func (r *Reconciler) loadPolicy() (*signing.TrustPolicy, error) {
+	return signing.LoadTrustPolicy(r.cfg.TrustPolicy)
+}
+
+var errNoop = errors.New("no change")

@@ -1,0 +1,168 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"strings"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/specs"
+)
+
+// Recover reads the evidence branch and resumes every admitted run of this
+// cluster that has no receipt, and re-establishes the holds of runs that
+// retain nodes. It reads only the evidence branch (DESIGN §5).
+func (r *Reconciler) Recover(ctx context.Context) error {
+	if err := r.store.Refresh(ctx); err != nil {
+		return fmt.Errorf("evidence branch: %w", err)
+	}
+	base := path.Join("ids", r.cfg.Cluster)
+	shards, err := r.store.ReadDir(ctx, base)
+	if errors.Is(err, evidence.ErrNotFound) {
+		r.setReady()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	resumed := 0
+	for _, shard := range shards {
+		ids, err := r.store.ReadDir(ctx, path.Join(base, shard))
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			rs, err := r.loadRun(ctx, id)
+			if err != nil {
+				return fmt.Errorf("run %s: %w", id, err)
+			}
+			if rs.receipt != nil {
+				continue
+			}
+			if err := r.holds.reserve(rs.id, rs.nodeNames()); err != nil {
+				return fmt.Errorf("run %s: %w", id, err)
+			}
+			r.log.Info("resuming run", "run", rs.id)
+			r.startRun(rs)
+			resumed++
+		}
+	}
+	r.log.Info("recovery done", "resumed", resumed)
+	r.setReady()
+	return nil
+}
+
+// loadRun rebuilds a run's state from the evidence branch. A finished run
+// (receipt present) is returned closed, with the nodes it still retains
+// held.
+func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) {
+	idx, err := r.store.Read(ctx, evidence.IndexPath(r.cfg.Cluster, id))
+	if err != nil {
+		return nil, err
+	}
+	dir := strings.TrimSpace(string(idx))
+	if !strings.HasPrefix(dir, path.Join("runs", r.cfg.Cluster)+"/") || path.Base(dir) != id {
+		return nil, fmt.Errorf("%s: index points at %q, not a run directory of this cluster", evidence.IndexPath(r.cfg.Cluster, id), dir)
+	}
+	ap := path.Join(dir, evidence.AdmissionFile)
+	b, err := r.store.Read(ctx, ap)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ap, err)
+	}
+	var adm evidence.Admission
+	if err := r.readOwn(b, evidence.PredicateAdmission, &adm); err != nil {
+		return nil, fmt.Errorf("%s: %w", ap, err)
+	}
+	if adm.Run != id || adm.Cluster != r.cfg.Cluster {
+		return nil, fmt.Errorf("%s: admission names run %q of cluster %q", ap, adm.Run, adm.Cluster)
+	}
+	rs := newRunState(dir, adm, evidence.FileRef{Path: ap, Digest: specs.DigestOf(b)})
+	if ok, err := r.store.Exists(ctx, path.Join(dir, evidence.CancelFile)); err != nil {
+		return nil, err
+	} else if ok {
+		rs.canceled = true
+	}
+	rp := path.Join(dir, evidence.ReceiptFile)
+	rb, err := r.store.Read(ctx, rp)
+	if errors.Is(err, evidence.ErrNotFound) {
+		return rs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rc evidence.Receipt
+	if err := r.readOwn(rb, evidence.PredicateReceipt, &rc); err != nil {
+		return nil, fmt.Errorf("%s: %w", rp, err)
+	}
+	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(rb)}
+	rs.verdict, rs.released, rs.retained, rs.phase = rc.Verdict, rc.Released, rc.Retained, PhaseDone
+	ev := rc.Evidence
+	rs.evidence = &ev
+	close(rs.done)
+	if len(rc.Retained) > 0 {
+		released, err := r.store.Exists(ctx, path.Join(dir, evidence.ReleaseFile))
+		if err != nil {
+			return nil, err
+		}
+		if !released {
+			r.holds.retain(rs.id, rc.Retained)
+		}
+	}
+	r.mu.Lock()
+	if cur, ok := r.runs[id]; ok {
+		r.mu.Unlock()
+		return cur, nil
+	}
+	r.runs[id] = rs
+	r.mu.Unlock()
+	return rs, nil
+}
+
+// checkRun builds a backend's input from the admission record, reading the
+// script from the admitted spec commit and verifying it against the
+// admitted per-file digest: a script that changed is never run.
+func (r *Reconciler) checkRun(ctx context.Context, rs *runState, i int, ck specs.Check) (*CheckRun, error) {
+	fsys, err := r.source.Checkout(ctx, rs.adm.SpecCommit)
+	if err != nil {
+		return nil, fmt.Errorf("spec commit %s: %w", short(rs.adm.SpecCommit), err)
+	}
+	var want specs.Digest
+	for _, f := range rs.adm.Bundle.Files {
+		if f.Path == ck.Script {
+			want = f.Digest
+		}
+	}
+	if want == "" {
+		return nil, fmt.Errorf("script %q is not in the admitted bundle", ck.Script)
+	}
+	// Bundle paths are relative to the repository root.
+	p := path.Join(rs.adm.Bundle.Path, ck.Script)
+	script, err := fs.ReadFile(fsys, p)
+	if err != nil {
+		return nil, fmt.Errorf("script %s: %w", p, err)
+	}
+	if got := specs.DigestOf(script); got != want {
+		return nil, fmt.Errorf("script %s: digest %s does not match the admitted %s", p, got, want)
+	}
+	return &CheckRun{
+		Cluster: r.cfg.Cluster, Run: rs.id, Index: i, Check: ck, Script: script, ScriptDigest: want,
+		Participants: rs.adm.Participants,
+	}, nil
+}
+
+// redactURL drops userinfo from a URL so no credential reaches evidence.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = nil
+	return u.String()
+}
+
+var _ = json.Marshal

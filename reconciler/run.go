@@ -1,0 +1,102 @@
+package reconciler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/specs"
+)
+
+// runState is the in-memory view of one admitted run. Everything in it can
+// be rebuilt from the evidence branch (recovery); the only thing that is not
+// is a backend report cached between a check's end and its durable
+// evidence, which makes retrying a failed evidence append exact.
+type runState struct {
+	id     string
+	dir    string
+	adm    evidence.Admission
+	admRef evidence.FileRef
+
+	mu        sync.Mutex
+	phase     string
+	canceled  bool
+	stopCheck context.CancelFunc
+	summaries []evidence.CheckSummary
+	outcomes  map[string][]specs.Verdict // node → verdicts of the checks that covered it
+	reports   map[int]*CheckReport
+	evidence  *evidence.FileRef
+	evCommit  string
+	verdict   specs.Verdict
+	nodes     []evidence.NodeSummary
+	released  []string
+	retained  []string
+	receipt   *evidence.FileRef
+	done      chan struct{}
+	started   time.Time
+}
+
+func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {
+	return &runState{
+		id:       adm.Run,
+		dir:      dir,
+		adm:      adm,
+		admRef:   ref,
+		phase:    PhaseAdmitted,
+		outcomes: map[string][]specs.Verdict{},
+		reports:  map[int]*CheckReport{},
+		done:     make(chan struct{}),
+		started:  time.Now(),
+	}
+}
+
+// Run phases, in lifecycle order.
+const (
+	PhaseAdmitted  = "Admitted"
+	PhaseChecking  = "Checking"
+	PhaseEvidence  = "Evidence"
+	PhaseReleasing = "Releasing"
+	PhaseDone      = "Done"
+)
+
+func (rs *runState) setPhase(p string) {
+	rs.mu.Lock()
+	rs.phase = p
+	rs.mu.Unlock()
+}
+
+// cancel records that an approved cancel is durable and stops the running
+// check, if any.
+func (rs *runState) cancel() {
+	rs.mu.Lock()
+	rs.canceled = true
+	stop := rs.stopCheck
+	rs.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+func (rs *runState) isCanceled() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.canceled
+}
+
+func (rs *runState) nodeNames() []string {
+	out := make([]string, len(rs.adm.Participants))
+	for i, p := range rs.adm.Participants {
+		out[i] = p.Node
+	}
+	return out
+}
+
+func (rs *runState) finished() bool {
+	select {
+	case <-rs.done:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,155 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"golang.org/x/crypto/ssh"
+
+	"signet.dev/signet/internal/gitfs"
+)
+
+// GitSource reads the spec repository from a Git remote into a bare mirror
+// under the state directory. Trees are read from commits, never from a
+// working directory.
+type GitSource struct {
+	url    string
+	branch string
+	auth   transport.AuthMethod
+	repo   *git.Repository
+
+	mu    sync.Mutex
+	trees map[string]fs.FS
+}
+
+var _ SpecSource = (*GitSource)(nil)
+
+// SourceAuth is the credentials of a spec remote.
+type SourceAuth struct {
+	Token              string
+	Username, Password string
+	SSHSigner          ssh.Signer
+}
+
+// OpenGitSource opens (creating if needed) the bare mirror at dir for url.
+func OpenGitSource(dir, url, branch string, a SourceAuth) (*GitSource, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	repo, err := git.PlainOpen(dir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainInit(dir, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spec mirror %s: %w", dir, err)
+	}
+	if _, err := repo.Remote("origin"); errors.Is(err, git.ErrRemoteNotFound) {
+		_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{absURL(url)}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	s := &GitSource{url: absURL(url), branch: branch, repo: repo, trees: map[string]fs.FS{}}
+	switch {
+	case a.SSHSigner != nil:
+		s.auth = &gitssh.PublicKeys{User: "git", Signer: a.SSHSigner}
+	case a.Token != "" && a.Username != "":
+		s.auth = &githttp.BasicAuth{Username: a.Username, Password: a.Token}
+	case a.Token != "":
+		s.auth = &githttp.TokenAuth{Token: a.Token}
+	case a.Username != "":
+		s.auth = &githttp.BasicAuth{Username: a.Username, Password: a.Password}
+	}
+	return s, nil
+}
+
+func absURL(u string) string {
+	if filepath.IsAbs(u) || (len(u) > 0 && u[0] == '.') {
+		if abs, err := filepath.Abs(u); err == nil {
+			return abs
+		}
+	}
+	return u
+}
+
+// Revision asks the remote for the branch tip, as `git ls-remote` does.
+func (s *GitSource) Revision(ctx context.Context) (string, error) {
+	rem, err := s.repo.Remote("origin")
+	if err != nil {
+		return "", err
+	}
+	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: s.auth})
+	if err != nil {
+		return "", scrub(err, s.auth)
+	}
+	want := plumbing.NewBranchReferenceName(s.branch)
+	for _, r := range refs {
+		if r.Name() == want {
+			return r.Hash().String(), nil
+		}
+	}
+	return "", fmt.Errorf("branch %q not found on the spec remote", s.branch)
+}
+
+// Checkout fetches rev when it is not in the mirror and returns its tree.
+func (s *GitSource) Checkout(ctx context.Context, rev string) (fs.FS, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.trees[rev]; ok {
+		return t, nil
+	}
+	h := plumbing.NewHash(rev)
+	if _, err := s.repo.CommitObject(h); err != nil {
+		err := s.repo.FetchContext(ctx, &git.FetchOptions{
+			RemoteName: "origin", Auth: s.auth, Force: true,
+			RefSpecs: []config.RefSpec{config.RefSpec("+refs/heads/" + s.branch + ":refs/remotes/origin/" + s.branch)},
+		})
+		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+			return nil, scrub(err, s.auth)
+		}
+	}
+	c, err := s.repo.CommitObject(h)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", rev, err)
+	}
+	t, err := gitfs.FromCommit(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.trees) > 64 {
+		clear(s.trees)
+	}
+	s.trees[rev] = t
+	return t, nil
+}
+
+// scrub removes credentials from an error's text.
+func scrub(err error, a transport.AuthMethod) error {
+	msg := err.Error()
+	switch v := a.(type) {
+	case *githttp.TokenAuth:
+		msg = replaceSecret(msg, v.Token)
+	case *githttp.BasicAuth:
+		msg = replaceSecret(msg, v.Password)
+	}
+	return errors.New(redactURL(msg))
+}
+
+func replaceSecret(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "<redacted>")
+}

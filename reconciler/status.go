@@ -1,0 +1,185 @@
+package reconciler
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"signet.dev/signet/specs"
+)
+
+// Status is the reconciler's view of every object and run, with
+// Kubernetes-style conditions using fluxcd/pkg/apis/meta types and reasons.
+type Status struct {
+	Cluster    string             `json:"cluster"`
+	Revision   string             `json:"revision,omitempty"`
+	Conditions []metav1.Condition `json:"conditions"`
+	Objects    []ObjectStatus     `json:"objects"`
+	Runs       []RunStatus        `json:"runs"`
+	Holds      map[string]string  `json:"holds,omitempty"`
+	UpdatedAt  time.Time          `json:"updatedAt"`
+}
+
+// ObjectStatus is the status of one spec object.
+type ObjectStatus struct {
+	Kind       string             `json:"kind"`
+	Name       string             `json:"name"`
+	Digest     specs.Digest       `json:"digest"`
+	Run        string             `json:"run,omitempty"`
+	Conditions []metav1.Condition `json:"conditions"`
+}
+
+// RunStatus is the status of one run known to this reconciler.
+type RunStatus struct {
+	ID         string             `json:"id"`
+	Phase      string             `json:"phase"`
+	Verdict    specs.Verdict      `json:"verdict,omitempty"`
+	Dir        string             `json:"dir"`
+	Nodes      []string           `json:"nodes"`
+	Released   []string           `json:"released,omitempty"`
+	Retained   []string           `json:"retained,omitempty"`
+	Checks     []CheckStatus      `json:"checks,omitempty"`
+	Conditions []metav1.Condition `json:"conditions"`
+}
+
+// CheckStatus is one check's verdict in a run's status.
+type CheckStatus struct {
+	Name    string        `json:"name"`
+	Verdict specs.Verdict `json:"verdict"`
+	Skipped bool          `json:"skipped,omitempty"`
+}
+
+// condition is a compact form of the Ready/Reconciling/Stalled triple.
+type condition struct {
+	ready, reconciling, stalled metav1.ConditionStatus
+	reason, msg, run            string
+}
+
+func ready(reason, msg, run string) condition {
+	return condition{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, reason, msg, run}
+}
+
+func progressing(reason, msg, run string) condition {
+	return condition{metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, reason, msg, run}
+}
+
+// waiting is "retry later": not ready, still reconciling, not stalled.
+func waiting(reason, msg string) condition {
+	return condition{metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, reason, msg, ""}
+}
+
+// stalled is "a person must act".
+func stalled(reason, msg string) condition {
+	return condition{metav1.ConditionFalse, metav1.ConditionFalse, metav1.ConditionTrue, reason, msg, ""}
+}
+
+func (c condition) conditions(now time.Time) []metav1.Condition {
+	t := metav1.NewTime(now)
+	out := []metav1.Condition{{Type: meta.ReadyCondition, Status: c.ready, Reason: c.reason, Message: c.msg, LastTransitionTime: t}}
+	if c.reconciling == metav1.ConditionTrue {
+		out = append(out, metav1.Condition{Type: meta.ReconcilingCondition, Status: metav1.ConditionTrue, Reason: meta.ProgressingReason, Message: c.msg, LastTransitionTime: t})
+	}
+	if c.stalled == metav1.ConditionTrue {
+		out = append(out, metav1.Condition{Type: meta.StalledCondition, Status: metav1.ConditionTrue, Reason: c.reason, Message: c.msg, LastTransitionTime: t})
+	}
+	return out
+}
+
+func runStatus(rs *runState) RunStatus {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st := RunStatus{ID: rs.id, Phase: rs.phase, Verdict: rs.verdict, Dir: rs.dir, Released: rs.released, Retained: rs.retained}
+	for _, p := range rs.adm.Participants {
+		st.Nodes = append(st.Nodes, p.Node)
+	}
+	for _, s := range rs.summaries {
+		st.Checks = append(st.Checks, CheckStatus{Name: s.Check, Verdict: s.Verdict, Skipped: s.Skipped})
+	}
+	var c condition
+	switch {
+	case rs.phase == PhaseDone && rs.verdict == specs.VerdictPass:
+		c = ready(meta.SucceededReason, "run passed", rs.id)
+	case rs.phase == PhaseDone:
+		c = condition{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, meta.FailedReason, "run finished: " + string(rs.verdict), rs.id}
+	default:
+		c = progressing(meta.ProgressingReason, "run is "+rs.phase, rs.id)
+	}
+	st.Conditions = c.conditions(time.Now())
+	return st
+}
+
+// publish replaces the object statuses after a pass.
+func (r *Reconciler) publish(rev string, objs map[string]ObjectStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Revision = rev
+	r.status.Objects = r.status.Objects[:0]
+	for _, o := range objs {
+		r.status.Objects = append(r.status.Objects, o)
+	}
+	slices.SortFunc(r.status.Objects, func(a, b ObjectStatus) int {
+		if a.Kind != b.Kind {
+			if a.Kind < b.Kind {
+				return -1
+			}
+			return 1
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	r.status.Conditions = ready(meta.SucceededReason, "reconciled revision "+short(rev), "").conditions(r.now())
+}
+
+func (r *Reconciler) setStalled(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Conditions = waiting(meta.FailedReason, err.Error()).conditions(r.now())
+}
+
+func (r *Reconciler) setReady() {
+	r.mu.Lock()
+	r.ready = true
+	r.mu.Unlock()
+}
+
+// Ready reports whether recovery has finished.
+func (r *Reconciler) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready
+}
+
+// Status returns a copy of the current status.
+func (r *Reconciler) Status() Status {
+	r.mu.Lock()
+	st := r.status
+	st.Cluster = r.cfg.Cluster
+	st.Objects = slices.Clone(r.status.Objects)
+	runs := make([]*runState, 0, len(r.runs))
+	for _, rs := range r.runs {
+		runs = append(runs, rs)
+	}
+	r.mu.Unlock()
+	for _, rs := range runs {
+		st.Runs = append(st.Runs, runStatus(rs))
+	}
+	slices.SortFunc(st.Runs, func(a, b RunStatus) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	st.Holds = r.holds.snapshot()
+	st.UpdatedAt = r.now()
+	return st
+}

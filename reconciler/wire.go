@@ -1,0 +1,149 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/ssh"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// Secrets are the credentials read from the files and variables the
+// configuration names. They are never logged (String hides them).
+type Secrets struct {
+	SpecToken, SpecPassword         string
+	EvidenceToken, EvidencePassword string
+	Passphrase                      []byte
+	Webhooks                        WebhookSecrets
+}
+
+// String never shows a secret.
+func (Secrets) String() string { return "Secrets{redacted}" }
+
+// LoadSecrets reads every secret the configuration points at.
+func LoadSecrets(cfg *Config) (*Secrets, error) {
+	var s Secrets
+	read := func(field, file string) (string, error) {
+		if file == "" {
+			return "", nil
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", field, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	var err error
+	var errs []error
+	s.SpecToken, err = read("spec.tokenFile", cfg.Spec.TokenFile)
+	errs = append(errs, err)
+	s.SpecPassword, err = read("spec.passwordFile", cfg.Spec.PasswordFile)
+	errs = append(errs, err)
+	s.EvidenceToken, err = read("evidence.tokenFile", cfg.Evidence.TokenFile)
+	errs = append(errs, err)
+	s.EvidencePassword, err = read("evidence.passwordFile", cfg.Evidence.PasswordFile)
+	errs = append(errs, err)
+	s.Webhooks.GitHub, err = read("webhook.githubSecretFile", cfg.Webhook.GitHubSecretFile)
+	errs = append(errs, err)
+	s.Webhooks.GitLab, err = read("webhook.gitlabTokenFile", cfg.Webhook.GitLabTokenFile)
+	errs = append(errs, err)
+	pp, err := read("passphraseFile", cfg.PassphraseFile)
+	errs = append(errs, err)
+	if pp == "" && cfg.PassphraseEnv != "" {
+		pp = os.Getenv(cfg.PassphraseEnv)
+	}
+	if pp != "" {
+		s.Passphrase = []byte(pp)
+	}
+	return &s, errors.Join(errs...)
+}
+
+// Build wires a Reconciler from its configuration: the signing key, the
+// spec source and evidence store under StateDir, and the enabled
+// backends. o may set the observer and the Only filter; the rest of it is
+// filled here. Close the returned store when done.
+func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg prometheus.Registerer, o Options) (*Reconciler, *evidence.Store, error) {
+	cfg.withDefaults()
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("stateDir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("stateDir: %w", err)
+	}
+	key, err := signing.LoadPrivateKey(cfg.SigningKey, sec.Passphrase)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signingKey: %w", err)
+	}
+	if _, err := signing.LoadTrustPolicy(cfg.TrustPolicy); err != nil {
+		return nil, nil, fmt.Errorf("trustPolicy: %w", err)
+	}
+	signer, err := key.SSHSigner()
+	if err != nil {
+		return nil, nil, err
+	}
+	specAuth, err := sourceAuth(cfg.Spec, sec.SpecToken, sec.SpecPassword)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := OpenGitSource(filepath.Join(cfg.StateDir, "spec.git"), cfg.Spec.URL, cfg.Spec.Branch, specAuth)
+	if err != nil {
+		return nil, nil, err
+	}
+	evAuth, err := sourceAuth(cfg.Evidence.SourceConfig, sec.EvidenceToken, sec.EvidencePassword)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := evidence.Open(ctx, evidence.StoreOptions{
+		URL: absURL(cfg.Evidence.URL), Branch: cfg.Evidence.Branch, CommitSigner: signer,
+		Auth:   evidence.Auth{Token: evAuth.Token, Username: evAuth.Username, Password: evAuth.Password, SSHSigner: evAuth.SSHSigner},
+		Author: "signet reconciler (" + cfg.Cluster + ")", Email: "signet@" + cfg.Cluster,
+		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: 2 * time.Minute,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("evidence store: %w", err)
+	}
+	backends := map[specs.Backend]Backend{}
+	if cfg.Backends.Local.Enabled {
+		lb, err := NewLocalBackend(cfg.Backends.Local)
+		if err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+		// Checks work under the system temporary directory, never under
+		// StateDir (mode 0700), which the check's user must not reach.
+		backends[specs.BackendLocal] = lb
+	}
+	o.Logger, o.Store, o.Source, o.Nodes, o.Key, o.Backends, o.Metrics = log, store, src, LocalNodes{}, key, backends, NewMetrics(reg)
+	r, err := New(cfg, o)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return r, store, nil
+}
+
+func sourceAuth(c SourceConfig, token, password string) (SourceAuth, error) {
+	a := SourceAuth{Token: token, Username: c.Username, Password: password}
+	if c.SSHKeyFile != "" {
+		b, err := os.ReadFile(c.SSHKeyFile)
+		if err != nil {
+			return a, fmt.Errorf("sshKeyFile: %w", err)
+		}
+		s, err := ssh.ParsePrivateKey(b)
+		if err != nil {
+			return a, fmt.Errorf("sshKeyFile %s: %w", c.SSHKeyFile, err)
+		}
+		a.SSHSigner = s
+	}
+	return a, nil
+}

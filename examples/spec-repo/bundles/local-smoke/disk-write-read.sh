@@ -19,6 +19,15 @@ fi
 # json_str TEXT: TEXT as the inside of a JSON string: printable ASCII,
 # tab and newline only, at most 600 characters, \ and " escaped.
 json_str() {
+	case $1 in
+	*[!A-Za-z0-9\ ._:/,=+@%\(\)-]*) ;; # needs escaping or filtering
+	*)
+		if [ "${#1}" -le 600 ]; then
+			printf '%s' "$1" # fast path: nothing to escape, no process
+			return
+		fi
+		;;
+	esac
 	printf '%s' "$1" | tr '\t' ' ' | tr -cd '\012\040-\176' |
 		awk 'BEGIN { ORS = "" } { t = t (NR > 1 ? "\n" : "") $0 } END { print substr(t, 1, 600) }' |
 		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' |
@@ -27,6 +36,15 @@ json_str() {
 
 # json_val VALUE: VALUE as a JSON number when it is one, else as a string.
 json_val() {
+	case $1 in
+	0 | [1-9] | [1-9][0-9] | [1-9][0-9][0-9] | [1-9][0-9][0-9][0-9]*)
+		case $1 in *[!0-9]*) ;; *)
+			printf '%s' "$1" # fast path: a whole number
+			return
+			;;
+		esac
+		;;
+	esac
 	if printf '%s' "$1" | awk 'NR > 1 || !/^-?(0|[1-9][0-9]*)(\.[0-9]+)?$/ { bad = 1 } END { exit (bad || NR == 0) }'; then
 		printf '%s' "$1"
 	else

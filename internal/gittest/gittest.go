@@ -71,6 +71,9 @@ func NewHTTPServer(t testing.TB, opts ...Option) *Server {
 			"REMOTE_USER=signet-test",
 		),
 		InheritEnv: []string{"PATH"},
+		// What git says on stderr (a refused ref update, a hook's words)
+		// goes to the test log, not the terminal.
+		Stderr: logWriter{t},
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -141,6 +144,13 @@ func InitBare(t testing.TB, dir string) {
 	Git(t, "", "init", "--quiet", "--bare", dir)
 	Git(t, dir, "config", "receive.denyNonFastForwards", "true")
 	Git(t, dir, "config", "receive.denyDeletes", "true")
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("git http-backend: %s", bytes.TrimSpace(p))
+	return len(p), nil
 }
 
 var homeDir atomic.Pointer[string]

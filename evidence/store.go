@@ -1,0 +1,586 @@
+package evidence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh"
+)
+
+var (
+	// ErrExists means a path given to Append already exists on the branch
+	// tip: another writer won that step. Nothing was written; abandon the
+	// step, never overwrite.
+	ErrExists = errors.New("evidence: path already exists on the evidence branch")
+	// ErrRolledBack means the remote tip does not descend from the last tip
+	// this store pushed or verified: the branch was rewritten or reset. The
+	// store refuses to act until a person has looked.
+	ErrRolledBack = errors.New("evidence: remote branch does not descend from the last known tip (rolled back)")
+	// ErrNotFound means the path is not on the tip the store last fetched
+	// or pushed.
+	ErrNotFound = errors.New("evidence: not found on the evidence branch")
+	// ErrUnreachable means the remote could not be reached or failed while
+	// talking; retry later.
+	ErrUnreachable = errors.New("could not reach the remote")
+	// ErrAuth means the remote refused the credentials; a person must act.
+	ErrAuth = errors.New("the remote refused the credentials")
+	// ErrRejected means the remote refused an update for a reason other
+	// than a lost race (a hook, a permission, a corrupt pack).
+	ErrRejected = errors.New("the remote rejected the update")
+	// ErrInvalidPath means a path given to the store is not a clean,
+	// relative, slash-separated path of the evidence layout.
+	ErrInvalidPath = errors.New("evidence: invalid path")
+)
+
+// DefaultBranch is the evidence branch when StoreOptions.Branch is empty.
+const DefaultBranch = "signet/evidence"
+
+// DefaultTimeout bounds one Append, retries included, when
+// StoreOptions.Timeout is zero.
+const DefaultTimeout = 2 * time.Minute
+
+// File is one document to append: a slash-separated path relative to the
+// branch root, and its bytes.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// StoreOptions configures a Store.
+type StoreOptions struct {
+	// URL of the remote: a local path, file://, http(s)://, ssh:// or
+	// scp-like user@host:path. Credentials in an http(s) URL are used as
+	// basic auth and never shown.
+	URL string
+	// Branch is the evidence branch, DefaultBranch when empty.
+	Branch string
+	// Auth is the credentials for the remote.
+	Auth Auth
+	// CommitSigner signs every commit (an SSH signature, sshsig namespace
+	// "git", SHA-512, in the gpgsig header). Required.
+	CommitSigner ssh.Signer
+	// Author and Email name the author and committer of every commit.
+	Author, Email string
+	// StateDir holds the local bare mirror and the last known tip across
+	// restarts. One Store at a time may use it (it is locked).
+	StateDir string
+	// Timeout bounds one Append or Refresh, retries included;
+	// DefaultTimeout when zero.
+	Timeout time.Duration
+}
+
+// Store is an append-only evidence branch on a Git remote. Its methods
+// are safe for concurrent use; appends of one Store are serialized.
+type Store struct {
+	opts   StoreOptions
+	remote *remote
+	ref    plumbing.ReferenceName
+	st     *filesystem.Storage
+	lock   *os.File
+
+	mu     sync.Mutex
+	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
+	pushed plumbing.Hash // last tip this store pushed
+	closed bool
+}
+
+// state is what StateDir remembers across restarts.
+type state struct {
+	URL    string `json:"url"`
+	Branch string `json:"branch"`
+	Tip    string `json:"tip"`
+	Pushed string `json:"pushed,omitempty"`
+}
+
+const (
+	stateFile = "state.json"
+	lockFile  = "lock"
+	mirrorDir = "mirror.git"
+)
+
+// Open opens the store: it locks StateDir, opens (or creates) the local
+// bare mirror there, and fetches the branch. When StateDir remembers a tip,
+// a remote tip that does not descend from it fails with ErrRolledBack; a
+// fresh StateDir trusts the first tip it sees.
+func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
+	if opts.Branch == "" {
+		opts.Branch = DefaultBranch
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	ref := plumbing.NewBranchReferenceName(opts.Branch)
+	if err := ref.Validate(); err != nil || strings.HasPrefix(opts.Branch, "refs/") {
+		return nil, fmt.Errorf("evidence: StoreOptions.Branch %q is not a valid branch name", opts.Branch)
+	}
+	switch {
+	case opts.CommitSigner == nil:
+		return nil, errors.New("evidence: StoreOptions.CommitSigner is required: every commit is signed")
+	case opts.StateDir == "":
+		return nil, errors.New("evidence: StoreOptions.StateDir is required")
+	case opts.Author == "" || opts.Email == "":
+		return nil, errors.New("evidence: StoreOptions.Author and Email are required")
+	case strings.ContainsAny(opts.Author, "<>\n\x00") || strings.ContainsAny(opts.Email, "<>\n\x00 "):
+		return nil, fmt.Errorf("evidence: StoreOptions.Author %q or Email %q holds a character Git refuses in an identity", opts.Author, opts.Email)
+	}
+	rm, err := newRemote(opts.URL, opts.Auth)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("evidence: StateDir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(opts.StateDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: StateDir: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("evidence: StateDir %s is in use by another store: %w", opts.StateDir, err)
+	}
+	s := &Store{opts: opts, remote: rm, ref: ref, lock: lock}
+	if err := s.open(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open(ctx context.Context) error {
+	dir := filepath.Join(s.opts.StateDir, mirrorDir)
+	// Not ExclusiveAccess: with it, go-git v5.19.3 does not find objects
+	// of a pack written through PackfileWriter (every fetch).
+	s.st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(),
+		filesystem.Options{KeepDescriptors: true})
+	if _, err := os.Stat(filepath.Join(dir, "config")); errors.Is(err, os.ErrNotExist) {
+		if _, err := git.Init(s.st, nil); err != nil {
+			return fmt.Errorf("evidence: init mirror %s: %w", dir, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(s.opts.StateDir, stateFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("evidence: read state: %w", err)
+	default:
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil {
+			return fmt.Errorf("evidence: %s: %w", filepath.Join(s.opts.StateDir, stateFile), err)
+		}
+		if st.URL != s.remote.display || st.Branch != s.opts.Branch {
+			return fmt.Errorf("evidence: StateDir %s remembers %s branch %s, not %s branch %s: use another StateDir",
+				s.opts.StateDir, st.URL, st.Branch, s.remote.display, s.opts.Branch)
+		}
+		s.tip, s.pushed = plumbing.NewHash(st.Tip), plumbing.NewHash(st.Pushed)
+		if !s.tip.IsZero() && s.st.HasEncodedObject(s.tip) != nil {
+			return fmt.Errorf("evidence: StateDir %s remembers tip %s but its mirror lacks it", s.opts.StateDir, s.tip)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return s.refresh(ctx)
+}
+
+// Close releases StateDir. The store is unusable afterwards.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.st != nil {
+		errs = append(errs, s.st.Close())
+	}
+	errs = append(errs, s.lock.Close())
+	return errors.Join(errs...)
+}
+
+// Tip is the commit the store last fetched or pushed, "" when the branch
+// does not exist yet.
+func (s *Store) Tip() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tip.IsZero() {
+		return ""
+	}
+	return s.tip.String()
+}
+
+// Refresh fetches the branch. It fails with ErrRolledBack, and keeps the
+// old tip, when the remote tip does not descend from the last known one.
+func (s *Store) Refresh(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("evidence: store is closed")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return s.refresh(ctx)
+}
+
+func (s *Store) refresh(ctx context.Context) error {
+	tip, err := s.remote.fetch(ctx, s.st, s.ref, []plumbing.Hash{s.tip, s.pushed})
+	if err != nil {
+		return err
+	}
+	if tip == s.tip {
+		return nil
+	}
+	if !s.tip.IsZero() {
+		if tip.IsZero() {
+			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.display, s.opts.Branch, s.tip)
+		}
+		ok, err := descends(s.st, tip, s.tip, plumbing.ZeroHash)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s branch %s is at %s, last known tip %s", ErrRolledBack, s.remote.display, s.opts.Branch, tip, s.tip)
+		}
+	}
+	return s.setTip(tip, false)
+}
+
+// setTip records tip as the verified remote tip, in the mirror's ref and
+// atomically in the state file.
+func (s *Store) setTip(tip plumbing.Hash, pushed bool) error {
+	st := state{URL: s.remote.display, Branch: s.opts.Branch, Tip: tip.String()}
+	if pushed {
+		st.Pushed = tip.String()
+	} else if !s.pushed.IsZero() {
+		st.Pushed = s.pushed.String()
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
+	}
+	if err := s.st.SetReference(plumbing.NewHashReference(s.ref, tip)); err != nil {
+		return fmt.Errorf("evidence: mirror ref: %w", err)
+	}
+	s.tip = tip
+	if pushed {
+		s.pushed = tip
+	}
+	return nil
+}
+
+// writeFileAtomic replaces name with data: temp file, fsync, rename,
+// fsync of the directory.
+func writeFileAtomic(name string, data []byte) error {
+	dir := filepath.Dir(name)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// descends reports whether anc is desc or one of its ancestors. The walk
+// does not go below stop (when non-zero). It reads only commits, never
+// trees; without stop it may walk the whole history to prove a "no".
+func descends(st *filesystem.Storage, desc, anc, stop plumbing.Hash) (bool, error) {
+	queue := []plumbing.Hash{desc}
+	seen := map[plumbing.Hash]bool{desc: true}
+	for len(queue) > 0 {
+		h := queue[0]
+		queue = queue[1:]
+		if h == anc {
+			return true, nil
+		}
+		if h == stop {
+			continue
+		}
+		c, err := object.GetCommit(st, h)
+		if err != nil {
+			return false, fmt.Errorf("evidence: read commit %s: %w", h, err)
+		}
+		for _, p := range c.ParentHashes {
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	return false, nil
+}
+
+// Append commits files to the branch in one signed commit and pushes it.
+// It is create-only: when any path already exists on the tip it builds on,
+// it returns ErrExists and writes nothing. The push is a compare-and-swap
+// from the tip it built on; when another writer moved the branch first,
+// Append fetches, rebuilds on the new tip (ErrExists again if a path now
+// exists) and retries, within StoreOptions.Timeout. It never forces.
+// It returns the new commit's hash once the remote has accepted it.
+func (s *Store) Append(ctx context.Context, message string, files []File) (string, error) {
+	if len(files) == 0 {
+		return "", fmt.Errorf("%w: no files to append", ErrInvalidPath)
+	}
+	root, err := newChangeTree(files)
+	if err != nil {
+		return "", err
+	}
+	if message == "" {
+		message = fmt.Sprintf("evidence: append %d files", len(files))
+	}
+	if !strings.HasSuffix(message, "\n") {
+		message += "\n"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", errors.New("evidence: store is closed")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+
+	var (
+		pending  []plumbing.Hash // commits whose push may have landed unheard
+		lastErr  error
+		refetch  bool
+		rejected string // status of a refused push, pending a fetch to tell why
+	)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// Back off a little, with jitter, so that two writers racing
+			// for the same tip do not keep colliding.
+			d := time.Duration(rand.Int64N(int64(min(attempt, 8))*int64(10*time.Millisecond)) + 1)
+			select {
+			case <-ctx.Done():
+				return "", errors.Join(lastErr, fmt.Errorf("evidence: append gave up after %d attempts: %w", attempt, ctx.Err()))
+			case <-time.After(d):
+			}
+		}
+		if refetch {
+			before := s.tip
+			if err := s.refresh(ctx); err != nil {
+				if errors.Is(err, ErrRolledBack) || errors.Is(err, ErrAuth) {
+					return "", err
+				}
+				lastErr = err
+				continue
+			}
+			for _, p := range pending {
+				ok, err := descends(s.st, s.tip, p, before)
+				if err != nil {
+					return "", err
+				}
+				if ok { // an earlier push landed though we did not hear back
+					if err := s.setTip(s.tip, true); err != nil {
+						return "", err
+					}
+					return p.String(), nil
+				}
+			}
+			if rejected != "" && s.tip == before {
+				// Refused, yet nobody else moved the branch: not a race.
+				return "", &RemoteError{Op: "push", URL: s.remote.display, Kind: ErrRejected, Msg: rejected}
+			}
+			refetch, rejected = false, ""
+		}
+		b := &builder{st: s.st, objs: memory.NewStorage()}
+		commit, err := b.commit(s.tip, root, message, s.signature(), s.opts.CommitSigner)
+		if err != nil {
+			return "", err
+		}
+		err = s.remote.push(ctx, b.objs, s.ref, s.tip, commit, b.hashes)
+		var moved *errMoved
+		switch {
+		case err == nil:
+			if err := b.persist(); err != nil {
+				return "", err
+			}
+			if err := s.setTip(commit, true); err != nil {
+				return "", err
+			}
+			return commit.String(), nil
+		case errors.As(err, &moved):
+			// Most likely another writer moved the branch first.
+			rejected, lastErr, refetch = moved.status, err, true
+		case errors.Is(err, ErrUnreachable):
+			// The push may or may not have landed: remember it and
+			// recognize it on the next fetch.
+			if err := b.persist(); err != nil {
+				return "", err
+			}
+			pending = append(pending, commit)
+			lastErr, refetch = err, true
+		default:
+			return "", err
+		}
+	}
+}
+
+func (s *Store) signature() object.Signature {
+	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: time.Now().Truncate(time.Second)}
+}
+
+// Read returns the content of the file at p on the tip, ErrNotFound when
+// there is none.
+func (s *Store) Read(ctx context.Context, p string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.lookup(p)
+	if err != nil {
+		return nil, err
+	}
+	if e.Mode == filemode.Dir {
+		return nil, fmt.Errorf("%w: %s is a directory", ErrNotFound, p)
+	}
+	blob, err := object.GetBlob(s.st, e.Hash)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
+	}
+	r, err := blob.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
+	}
+	defer r.Close()
+	b := make([]byte, 0, blob.Size)
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, 512)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			break
+		}
+	}
+	return b, nil
+}
+
+// ReadDir returns the sorted entry names of the directory dir on the tip
+// ("" or "." is the root), ErrNotFound when there is no such directory.
+func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var h plumbing.Hash
+	if dir == "" || dir == "." || dir == "/" {
+		if s.tip.IsZero() {
+			return nil, fmt.Errorf("%w: branch %s does not exist yet", ErrNotFound, s.opts.Branch)
+		}
+		c, err := object.GetCommit(s.st, s.tip)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: read tip: %w", err)
+		}
+		h = c.TreeHash
+	} else {
+		e, err := s.lookup(dir)
+		if err != nil {
+			return nil, err
+		}
+		if e.Mode != filemode.Dir {
+			return nil, fmt.Errorf("%w: %s is a file, not a directory", ErrNotFound, dir)
+		}
+		h = e.Hash
+	}
+	t, err := object.GetTree(s.st, h)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: read %s: %w", dir, err)
+	}
+	names := make([]string, len(t.Entries))
+	for i, e := range t.Entries {
+		names[i] = e.Name
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Exists reports whether a file or directory p is on the tip.
+func (s *Store) Exists(ctx context.Context, p string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.lookup(p)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// lookup walks from the tip's root tree to p, reading one tree per path
+// element.
+func (s *Store) lookup(p string) (object.TreeEntry, error) {
+	parts, err := splitPath(p)
+	if err != nil {
+		return object.TreeEntry{}, err
+	}
+	if s.tip.IsZero() {
+		return object.TreeEntry{}, fmt.Errorf("%w: %s (branch %s does not exist yet)", ErrNotFound, p, s.opts.Branch)
+	}
+	c, err := object.GetCommit(s.st, s.tip)
+	if err != nil {
+		return object.TreeEntry{}, fmt.Errorf("evidence: read tip: %w", err)
+	}
+	cur := object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}
+	for i, name := range parts {
+		if cur.Mode != filemode.Dir {
+			return object.TreeEntry{}, fmt.Errorf("%w: %s (%s is a file)", ErrNotFound, p, path.Join(parts[:i]...))
+		}
+		t, err := object.GetTree(s.st, cur.Hash)
+		if err != nil {
+			return object.TreeEntry{}, fmt.Errorf("evidence: read tree %s: %w", path.Join(parts[:i]...), err)
+		}
+		e, ok := findEntry(t.Entries, name)
+		if !ok {
+			return object.TreeEntry{}, fmt.Errorf("%w: %s", ErrNotFound, p)
+		}
+		cur = e
+	}
+	return cur, nil
+}
+
+// findEntry finds name in entries sorted in Git order.
+func findEntry(entries []object.TreeEntry, name string) (object.TreeEntry, bool) {
+	for _, e := range entries {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return object.TreeEntry{}, false
+}

@@ -142,15 +142,21 @@ func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
 	return Digest("sha256:" + hex.EncodeToString(agg.Sum(nil))), files, nil
 }
 
-// hashRegularFile returns the sha256 and size of name, refusing it unless
-// both its lstat and the opened file say it is a regular file.
+// hashRegularFile returns the sha256 and size of name, which the walk found
+// to be a regular file, refusing it unless the opened file is one too and,
+// where fsys can tell (fs.ReadLinkFS), it has not become a symlink since.
 func hashRegularFile(fsys fs.FS, name string) ([]byte, int64, error) {
-	li, err := lstat(fsys, name)
-	if err != nil {
-		return nil, 0, &BundleError{Path: name, Err: err}
-	}
-	if li.Mode()&fs.ModeSymlink != 0 {
-		return nil, 0, &BundleError{Path: name, Err: ErrBundleSymlink}
+	if _, ok := fsys.(fs.ReadLinkFS); ok {
+		li, err := fs.Lstat(fsys, name)
+		if err != nil {
+			return nil, 0, &BundleError{Path: name, Err: err}
+		}
+		if li.Mode()&fs.ModeSymlink != 0 {
+			return nil, 0, &BundleError{Path: name, Err: ErrBundleSymlink}
+		}
+		if !li.Mode().IsRegular() {
+			return nil, 0, &BundleError{Path: name, Err: ErrBundleIrregular}
+		}
 	}
 	f, err := fsys.Open(name)
 	if err != nil {
@@ -161,7 +167,7 @@ func hashRegularFile(fsys fs.FS, name string) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, &BundleError{Path: name, Err: err}
 	}
-	if !li.Mode().IsRegular() || !oi.Mode().IsRegular() {
+	if !oi.Mode().IsRegular() {
 		return nil, 0, &BundleError{Path: name, Err: ErrBundleIrregular}
 	}
 	h := sha256.New()

@@ -42,7 +42,7 @@ func ParseDocuments(file string, data []byte) ([]*Object, []Finding) {
 			findings = append(findings, Finding{File: file, Document: i, Message: "YAML: " + yamlMessage(err)})
 			break
 		}
-		o, fs := parseNode(file, i, &n)
+		o, _, fs := parseNode(file, i, &n)
 		findings = append(findings, fs...)
 		if o != nil {
 			objs = append(objs, o)
@@ -57,20 +57,27 @@ func ParseDocuments(file string, data []byte) ([]*Object, []Finding) {
 // findings for a bad signet document. Aliases and anchors are refused on the
 // node tree, before anything is decoded, so no alias is ever expanded.
 func ParseDocument(doc SourceDocument) (*Object, []Finding) {
+	o, _, fs := parseSource(doc)
+	return o, fs
+}
+
+// parseSource is ParseDocument that also returns what a bad signet document
+// claims to be (see parseNode).
+func parseSource(doc SourceDocument) (*Object, claim, []Finding) {
 	if len(doc.Data) > MaxSpecFileBytes {
-		return nil, []Finding{tooLarge(doc.File, doc.Index, int64(len(doc.Data)))}
+		return nil, claim{}, []Finding{tooLarge(doc.File, doc.Index, int64(len(doc.Data)))}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(doc.Data))
 	var n yaml.Node
 	if err := dec.Decode(&n); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil
+			return nil, claim{}, nil
 		}
-		return nil, []Finding{{File: doc.File, Document: doc.Index, Message: "YAML: " + yamlMessage(err)}}
+		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Message: "YAML: " + yamlMessage(err)}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, []Finding{{File: doc.File, Document: doc.Index, Message: "holds more than one YAML document"}}
+		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Message: "holds more than one YAML document"}}
 	}
 	return parseNode(doc.File, doc.Index, &n)
 }
@@ -83,33 +90,36 @@ func yamlMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "yaml: ")
 }
 
-// parseNode decodes one document node into a signet object.
-func parseNode(file string, index int, n *yaml.Node) (*Object, []Finding) {
+// parseNode decodes one document node into a signet object. For a signet
+// document with findings it also returns the kind/name reference the
+// document claims (when metadata.name is readable), so that references to
+// it are not reported as missing on top of its own findings.
+func parseNode(file string, index int, n *yaml.Node) (*Object, claim, []Finding) {
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {
-			return nil, nil
+			return nil, claim{}, nil
 		}
 		n = n.Content[0]
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		return nil, nil
+		return nil, claim{}, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, nil // not an object, so not a signet kind
+		return nil, claim{}, nil // not an object, so not a signet kind
 	}
 	apiVersion, kind := scalarField(n, "apiVersion"), scalarField(n, "kind")
 	group, _, _ := strings.Cut(apiVersion, "/")
 	if group != APIGroup && kind != KindProfile && kind != KindRequest {
-		return nil, nil
+		return nil, claim{}, nil
 	}
 	d := &decoder{file: file, index: index}
 	switch {
 	case apiVersion != APIVersion:
 		d.addf(n, "apiVersion", "%q is not %s", apiVersion, APIVersion)
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	case kind != KindProfile && kind != KindRequest:
 		d.addf(n, "kind", "%q is not a signet kind (%s or %s)", kind, KindProfile, KindRequest)
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	}
 	var target any
 	o := &Object{Kind: kind, Source: Source{File: file, Index: index}}
@@ -122,18 +132,18 @@ func parseNode(file string, index int, n *yaml.Node) (*Object, []Finding) {
 	}
 	v := d.value(n, reflect.TypeOf(target).Elem(), "")
 	if len(d.findings) > 0 {
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		d.addf(n, "", "cannot convert to JSON: %v", err)
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	}
 	jd := json.NewDecoder(bytes.NewReader(b))
 	jd.DisallowUnknownFields()
 	if err := jd.Decode(target); err != nil {
 		d.addf(n, "", "%v", err)
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	}
 	if kind == KindProfile {
 		o.Name = o.Profile.Metadata.Name
@@ -144,14 +154,49 @@ func parseNode(file string, index int, n *yaml.Node) (*Object, []Finding) {
 	}
 	if err != nil {
 		d.addf(n, "", "%v", err)
-		return nil, d.findings
+		return nil, claimed(kind, n), d.findings
 	}
 	o.Digest = DigestOf(o.Canonical)
-	return o, nil
+	return o, claim{}, nil
+}
+
+// claim is what a signet document that did not parse says it is, as far as
+// it can be read: its reference ("kind/name", empty when metadata.name is
+// unreadable) and, for a profile, its bundle path.
+type claim struct {
+	ref        string
+	bundlePath string
+}
+
+func claimed(kind string, n *yaml.Node) claim {
+	var c claim
+	if name := scalarField(mappingField(n, "metadata"), "name"); name != "" {
+		c.ref = kind + "/" + name
+	}
+	if kind == KindProfile {
+		c.bundlePath = scalarField(mappingField(mappingField(n, "spec"), "bundle"), "path")
+	}
+	return c
+}
+
+// mappingField returns the mapping value of key in mapping m, or nil.
+func mappingField(m *yaml.Node, key string) *yaml.Node {
+	if m == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k, v := m.Content[i], m.Content[i+1]; k.Kind == yaml.ScalarNode && k.Value == key && v.Kind == yaml.MappingNode {
+			return v
+		}
+	}
+	return nil
 }
 
 // scalarField returns the value of a top-level scalar key of m, or "".
 func scalarField(m *yaml.Node, key string) string {
+	if m == nil {
+		return ""
+	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.Value == key && v.Kind == yaml.ScalarNode {
@@ -172,9 +217,6 @@ type decoder struct {
 
 func (d *decoder) addf(n *yaml.Node, field, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if n != nil && n.Line > 0 {
-		msg += fmt.Sprintf(" (line %d)", n.Line)
-	}
 	d.findings = append(d.findings, Finding{File: d.file, Document: d.index, Field: field, Message: msg})
 }
 

@@ -38,7 +38,7 @@ spec: {profile: p, count: "3"}
 	assert.Equal(t, "CertificationRequest/ok", objs[0].Ref())
 	assert.Equal(t, Source{File: "requests.yaml", Index: 1}, objs[0].Source)
 	require.Len(t, findings, 2)
-	assert.Equal(t, Finding{File: "requests.yaml", Document: 2, Field: "spec.colour", Message: "unknown field (line 13)"}, findings[0])
+	assert.Equal(t, Finding{File: "requests.yaml", Document: 2, Field: "spec.colour", Message: "unknown field"}, findings[0])
 	assert.Equal(t, 4, findings[1].Document)
 	assert.Equal(t, "spec.count", findings[1].Field)
 }

@@ -110,11 +110,12 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 		file     string
 		findings []Finding
 		obj      *Object
+		claimed  claim
 	}
 	var parsed []located
 	for _, doc := range docs {
-		o, fs := ParseDocument(doc)
-		parsed = append(parsed, located{file: doc.File, findings: fs, obj: o})
+		o, claimed, fs := parseSource(doc)
+		parsed = append(parsed, located{file: doc.File, findings: fs, obj: o, claimed: claimed})
 	}
 	for name, size := range oversize {
 		parsed = append(parsed, located{file: name, findings: []Finding{tooLarge(name, -1, size)}})
@@ -123,14 +124,22 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 	// Bundle directories are known only once profiles are parsed.
 	var bundleDirs []string
 	for _, p := range parsed {
-		if p.obj != nil && p.obj.Profile != nil && cleanRelative(p.obj.Profile.Spec.Bundle.Path) {
-			bundleDirs = append(bundleDirs, p.obj.Profile.Spec.Bundle.Path)
+		bp := p.claimed.bundlePath
+		if p.obj != nil && p.obj.Profile != nil {
+			bp = p.obj.Profile.Spec.Bundle.Path
+		}
+		if cleanRelative(bp) {
+			bundleDirs = append(bundleDirs, bp)
 		}
 	}
 	r := &Rendering{Bundles: map[string]BundleInfo{}}
+	broken := map[string]bool{} // profiles that exist but did not parse
 	for _, p := range parsed {
 		if isUnder(p.file, signetDir) || slices.ContainsFunc(bundleDirs, func(b string) bool { return isUnder(p.file, b) }) {
 			continue
+		}
+		if name, ok := strings.CutPrefix(p.claimed.ref, KindProfile+"/"); ok {
+			broken[name] = true
 		}
 		r.Findings = append(r.Findings, p.findings...)
 		if p.obj != nil {
@@ -190,7 +199,7 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 	}
 	for _, o := range r.Objects {
 		if o.Request != nil {
-			r.Findings = append(r.Findings, validateRequest(o, profiles)...)
+			r.Findings = append(r.Findings, validateRequest(o, profiles, broken)...)
 		}
 	}
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int {

@@ -281,8 +281,9 @@ func validateResourceName(r *reporter, f, name string) {
 }
 
 // validateRequest checks the rules of DESIGN §2 for one request against the
-// profiles of the same rendering (by name).
-func validateRequest(o *Object, profiles map[string]*Object) []Finding {
+// profiles of the same rendering (by name). A profile in broken exists but
+// has findings of its own; the checks against it are skipped, not reported.
+func validateRequest(o *Object, profiles map[string]*Object, broken map[string]bool) []Finding {
 	q := o.Request
 	r := &reporter{src: o.Source}
 	r.dnsLabel("metadata.name", q.Metadata.Name)
@@ -291,6 +292,7 @@ func validateRequest(o *Object, profiles map[string]*Object) []Finding {
 	switch po := profiles[s.Profile]; {
 	case s.Profile == "":
 		r.addf("spec.profile", "is required")
+	case po == nil && broken[s.Profile]:
 	case po == nil:
 		r.addf("spec.profile", "no CertificationProfile %q in this rendering", s.Profile)
 	default:

@@ -221,3 +221,11 @@ func findingLines(fs []Finding) string {
 	}
 	return b.String()
 }
+
+// A profile that does not parse is reported once, in its own file; the
+// requests naming it are not also told that it does not exist.
+func TestBrokenProfileIsNotReportedAsMissing(t *testing.T) {
+	r, err := Render(baseRepo(t, edit{file: gpuFile, old: "  onFailure: stop", new: "  onFailure: stop\n  retries: 3"}), ".")
+	require.NoError(t, err)
+	assert.Equal(t, []Finding{{File: gpuFile, Document: 0, Field: "spec.retries", Message: "unknown field"}}, r.Findings)
+}

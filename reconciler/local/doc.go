@@ -21,7 +21,12 @@
 //     unboundedly for a pipe that a stray process holds open.
 //
 // It does not contain processes that leave the group on purpose (setsid,
-// setpgid) or that the kernel cannot kill (uninterruptible sleep), it does
-// not limit CPU, memory or devices (no cgroups), and it does not verify the
-// script's digest: the caller passes bytes it has verified. Linux only.
+// setpgid) or that the kernel cannot kill (uninterruptible sleep), nor files
+// the check writes outside its directory (/tmp, /dev/shm); it does not limit
+// CPU, memory or devices (no cgroups); and it does not verify the script's
+// digest: the caller passes bytes it has verified. If signet itself dies,
+// the kernel kills the check's main process (PR_SET_PDEATHSIG) but not the
+// rest of its group; recovery records such a check as interrupted. A User
+// shared with other software (nobody) can signal or trace that software's
+// processes: give the backend an account of its own. Linux only.
 package local

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -105,6 +106,17 @@ func (ws *workspace) remove() error {
 		_ = unix.Close(ws.workFD)
 		ws.workFD = -1
 	}
+	if err := os.RemoveAll(ws.top); err == nil {
+		return nil
+	}
+	// A check running as signet's own user may have left directories it
+	// cannot be removed from (mode 0500, 0000): open them up and retry.
+	_ = filepath.WalkDir(ws.top, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
 	if err := os.RemoveAll(ws.top); err != nil {
 		return fmt.Errorf("remove check directory: %w", err)
 	}

@@ -180,7 +180,8 @@ func (r *Reconciler) Close(ctx context.Context) error {
 }
 
 // Wait blocks until run id (admitted or recovered by this reconciler) has
-// finished its lifecycle, or ctx ends.
+// finished its lifecycle, or ctx ends. It returns an error when the run
+// stopped (shutdown) before its receipt.
 func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
 	r.mu.Lock()
 	rs := r.runs[id]
@@ -194,6 +195,9 @@ func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
 		return nil, ctx.Err()
 	}
 	st := runStatus(rs)
+	if st.Phase != PhaseDone {
+		return &st, fmt.Errorf("run %s stopped in phase %s before its receipt; it resumes when a reconciler starts again", id, st.Phase)
+	}
 	return &st, nil
 }
 
@@ -210,12 +214,7 @@ func (r *Reconciler) startRun(rs *runState) {
 }
 
 func (r *Reconciler) runFinished(rs *runState) {
-	if rs.phase == PhaseDone {
-		close(rs.done)
-	} else {
-		// Stopped by shutdown: keep the run listed as unfinished.
-		close(rs.done)
-	}
+	close(rs.done)
 	r.mu.Lock()
 	r.dirty = true // a node may have been released: requests waiting for it can go on
 	r.mu.Unlock()

@@ -141,6 +141,16 @@ func TestLoadDocumentsKustomize(t *testing.T) {
 	assert.Contains(t, string(docs[0].Data), "deadline: 60s")
 	assert.Equal(t, KustomizeFilePrefix+"base/kustomization.yaml", docs[0].File)
 
+	// An inline transformer is configuration, not a path.
+	inline := fstest.MapFS{
+		"k/kustomization.yaml": file("resources: [p.yaml]\ntransformers:\n- |\n  apiVersion: builtin\n  kind: LabelTransformer\n  metadata:\n    name: cluster\n  labels:\n    signet.dev/cluster: b\n  fieldSpecs:\n  - path: metadata/labels\n    create: true\n"),
+		"k/p.yaml":             file(profileDoc),
+	}
+	docs, err = LoadDocuments(inline, "k")
+	require.NoError(t, err)
+	require.Len(t, docs, 1)
+	assert.Contains(t, string(docs[0].Data), "signet.dev/cluster: b")
+
 	// Other kustomization file names.
 	for _, name := range []string{"kustomization.yml", "Kustomization"} {
 		t.Run(name, func(t *testing.T) {
@@ -235,6 +245,7 @@ func TestLoadDocumentsRefuses(t *testing.T) {
 		{name: "component is a file", fsys: withKustomization("resources: [p.yaml]\ncomponents: [p.yaml]\n"), wantEntry: "components[0]"},
 		{name: "directory without kustomization", fsys: withKustomization("resources: [sub]\n", "spec/sub/x.yaml", "a: 1\n"), wantEntry: "resources[0]"},
 		{name: "two kustomization files", fsys: withKustomization("resources: [p.yaml]\n", "spec/kustomization.yml", "resources: []\n"), wantFile: "spec"},
+		{name: "cycle", fsys: withKustomization("resources: [p.yaml, ../other]\n", "other/kustomization.yaml", "resources: [../spec]\n")},
 		{name: "unknown kustomization field", fsys: withKustomization("resources: [p.yaml]\nbogus: 1\n")},
 		{name: "kustomize build failure", fsys: withKustomization("resources: [p.yaml, p.yaml]\n")},
 		{

@@ -296,7 +296,7 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 		}
 		termSent = time.Now()
 		killTimer = time.After(req.Grace)
-		notes = append(notes, why+": sent SIGTERM to the process group")
+		notes = append(notes, "sent SIGTERM to the process group "+why)
 	}
 wait:
 	for {
@@ -305,10 +305,10 @@ wait:
 			break wait
 		case <-deadline.C:
 			term.DeadlineExceeded = true
-			stop("deadline " + req.Deadline.UTC().Format(time.RFC3339) + " reached")
+			stop("at deadline " + req.Deadline.UTC().Format(time.RFC3339))
 		case <-done:
 			term.Canceled = true
-			stop("canceled")
+			stop("on cancel")
 		case <-killTimer:
 			killTimer = nil
 			if err := procutil.SignalGroup(pgid, syscall.SIGKILL); err != nil {

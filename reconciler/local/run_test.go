@@ -134,7 +134,7 @@ func TestRunMatrix(t *testing.T) {
 		{
 			name: "deadline overrun leaves no process of the group", deadline: time.Second,
 			body: "sleep 1000 & echo child=$!; result Pass; sleep 1000; exit 0",
-			want: specs.VerdictError, wantReason: "deadline exceeded",
+			want: specs.VerdictError, wantReason: "deadline exceeded: sent SIGTERM to the process group at deadline ",
 			check: func(t *testing.T, rep *Report, took time.Duration) {
 				assert.True(t, rep.Termination.DeadlineExceeded)
 				assert.Equal(t, "SIGTERM", rep.Termination.Signal)
@@ -145,7 +145,7 @@ func TestRunMatrix(t *testing.T) {
 		{
 			name: "ignoring TERM gets KILL after grace", deadline: time.Second,
 			body: "trap '' TERM; sleep 1000 & echo child=$!; sleep 1000",
-			want: specs.VerdictError, wantReason: "deadline exceeded",
+			want: specs.VerdictError, wantReason: "deadline exceeded: sent SIGTERM to the process group at deadline ",
 			check: func(t *testing.T, rep *Report, took time.Duration) {
 				assert.True(t, rep.Termination.DeadlineExceeded)
 				assert.Equal(t, "SIGKILL", rep.Termination.Signal)
@@ -157,7 +157,7 @@ func TestRunMatrix(t *testing.T) {
 		{
 			name: "cancel", cancel: 300 * time.Millisecond,
 			body: "sleep 1000 & echo child=$!; sleep 1000",
-			want: specs.VerdictCanceled, wantReason: "canceled",
+			want: specs.VerdictCanceled, wantReason: "canceled: sent SIGTERM to the process group on cancel",
 			check: func(t *testing.T, rep *Report, took time.Duration) {
 				assert.True(t, rep.Termination.Canceled)
 				assert.False(t, rep.Termination.DeadlineExceeded)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -229,8 +231,8 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	defer stderrR.Close()
 
 	env := make([]string, 0, len(req.Env)+3)
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		env = append(env, k+"="+req.Env[k])
 	}
 	env = append(env, "PATH="+SafePATH, "HOME="+ws.work, specs.EnvResultFile+"="+filepath.Join(ws.work, resultFileName))
 
@@ -264,7 +266,6 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	}
 	rep.Started = time.Now()
 	rep.PID = cmd.Process.Pid
-	pgid := cmd.Process.Pid
 
 	stdout, stderr := procutil.NewTail(req.MaxLogBytes), procutil.NewTail(req.MaxLogBytes)
 	copied := make(chan struct{}, 2)
@@ -278,11 +279,42 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 		}()
 	}
 
+	term, notes := supervise(ctx, cmd, req)
+	rep.Ended = time.Now()
+
+	// Every writer of the group is dead; a process that left the group may
+	// still hold a pipe, so stop reading after pipeDrain.
+	drain := time.After(pipeDrain)
+	for n := 0; n < 2; {
+		select {
+		case <-copied:
+			n++
+		case <-drain:
+			_ = stdoutR.SetReadDeadline(time.Now())
+			_ = stderrR.SetReadDeadline(time.Now())
+			drain = nil
+			notes = append(notes, "stopped reading output held open by a process outside the group")
+		}
+	}
+	rep.Stdout, rep.StdoutTotal = stdout.Bytes(), stdout.Total()
+	rep.Stderr, rep.StderrTotal = stderr.Bytes(), stderr.Total()
+
+	rep.Result, term.ResultRefused = ws.readResult()
+	term.Reason = strings.Join(notes, "; ")
+	rep.Termination = term
+	return rep, nil
+}
+
+// supervise waits for the started cmd, stopping its group at req.Deadline
+// or when ctx is done, then stops whatever is left of the group. It returns
+// the termination (without ResultRefused and Reason) and notes on what
+// happened, once no process of the group is alive.
+func supervise(ctx context.Context, cmd *exec.Cmd, req Request) (term specs.Termination, notes []string) {
+	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	term := specs.Termination{Started: true}
-	var notes []string
+	term.Started = true
 	var termSent time.Time
 	var killTimer <-chan time.Time
 	deadline := time.NewTimer(time.Until(req.Deadline))
@@ -330,7 +362,8 @@ wait:
 			notes = append(notes, "killed by signal "+term.Signal)
 		}
 	}
-	// The main process is gone; no other process of its group may outlive it.
+	// The main process is gone; no other process of its group may outlive
+	// it. A TERM already sent keeps its grace period.
 	if had, killed, err := procutil.StopGroup(pgid, termSent, req.Grace); had {
 		note := "stopped the processes left in its group with SIGTERM"
 		if killed {
@@ -341,27 +374,5 @@ wait:
 			notes = append(notes, err.Error())
 		}
 	}
-	rep.Ended = time.Now()
-
-	// Every writer of the group is dead; a process that left the group may
-	// still hold a pipe, so stop reading after pipeDrain.
-	drain := time.After(pipeDrain)
-	for n := 0; n < 2; {
-		select {
-		case <-copied:
-			n++
-		case <-drain:
-			_ = stdoutR.SetReadDeadline(time.Now())
-			_ = stderrR.SetReadDeadline(time.Now())
-			drain = nil
-			notes = append(notes, "stopped reading output held open by a process outside the group")
-		}
-	}
-	rep.Stdout, rep.StdoutTotal = stdout.Bytes(), stdout.Total()
-	rep.Stderr, rep.StderrTotal = stderr.Bytes(), stderr.Total()
-
-	rep.Result, term.ResultRefused = ws.readResult()
-	term.Reason = strings.Join(notes, "; ")
-	rep.Termination = term
-	return rep, nil
+	return term, notes
 }

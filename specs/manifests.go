@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
 	"sigs.k8s.io/kustomize/api/krusty"
 	ktypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -76,6 +77,7 @@ var (
 	ErrSpecFileTooBig  = fmt.Errorf("is larger than %d bytes", MaxSpecFileBytes)
 	ErrSpecTooLarge    = errors.New("spec path is too large")
 	ErrHelmUnsupported = errors.New("helm charts are not supported")
+	ErrYAMLAlias       = errors.New("uses a YAML alias; aliases are not allowed (they can expand without bound)")
 )
 
 // LoadDocuments returns the YAML documents of spec path dir in fsys, never
@@ -89,7 +91,8 @@ var (
 // read and each path it names (resources, bases, components, patches,
 // generator files, …) is refused if it is remote (a URL, a git reference,
 // a github.com path), absolute, escapes the root of fsys, passes through a
-// symlink or does not exist; helm charts are refused.
+// symlink or does not exist; helm charts and YAML aliases (which kustomize
+// would expand without bound) are refused.
 //
 // Without one, every *.yaml and *.yml file below dir is read, in bytewise
 // order of path; entries whose name starts with "." (.git, .github,
@@ -337,6 +340,12 @@ func (in *kustomizeInputs) addFile(kfile, entry, p string) error {
 			return &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s %w", me.File, me.Err)}
 		}
 		return err
+	}
+	if err := checkNoAliases(data); err != nil {
+		if kfile == p {
+			return &ManifestError{File: p, Err: err}
+		}
+		return &ManifestError{File: kfile, Entry: entry, Err: fmt.Errorf("%s %w", p, err)}
 	}
 	in.files[p] = data
 	in.bytes += int64(len(data))
@@ -589,4 +598,26 @@ func isRemoteRef(v string) bool {
 		return true // scp-style host:path or a scheme without slashes
 	}
 	return false
+}
+
+// checkNoAliases refuses YAML that uses an alias anywhere, before
+// kustomize, which expands aliases, can be made to build an alias bomb.
+// Data that is not YAML (a generator's text file) is left to kustomize.
+func checkNoAliases(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return nil // end of input, or not YAML: nothing expands
+		}
+		stack := []*yaml.Node{&doc}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n.Kind == yaml.AliasNode {
+				return fmt.Errorf("(line %d) %w", n.Line, ErrYAMLAlias)
+			}
+			stack = append(stack, n.Content...)
+		}
+	}
 }

@@ -194,6 +194,18 @@ func TestLoadDocumentsExampleOverlay(t *testing.T) {
 	assert.Contains(t, n, "queue: gpu-certification-b")
 }
 
+// kustomizeAliasBomb expands to 9^9 strings.
+const kustomizeAliasBomb = `a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+`
+
 func TestLoadDocumentsRefuses(t *testing.T) {
 	withKustomization := func(k string, extra ...string) func(*testing.T) fs.FS {
 		return func(*testing.T) fs.FS {
@@ -245,6 +257,9 @@ func TestLoadDocumentsRefuses(t *testing.T) {
 		{name: "component is a file", fsys: withKustomization("resources: [p.yaml]\ncomponents: [p.yaml]\n"), wantEntry: "components[0]"},
 		{name: "directory without kustomization", fsys: withKustomization("resources: [sub]\n", "spec/sub/x.yaml", "a: 1\n"), wantEntry: "resources[0]"},
 		{name: "two kustomization files", fsys: withKustomization("resources: [p.yaml]\n", "spec/kustomization.yml", "resources: []\n"), wantFile: "spec"},
+		{name: "alias bomb in a resource", fsys: withKustomization("resources: [bomb.yaml]\n", "spec/bomb.yaml", kustomizeAliasBomb), wantErr: ErrYAMLAlias, wantEntry: `resources[0] "bomb.yaml"`},
+		{name: "alias in a patch", fsys: withKustomization("resources: [p.yaml]\npatches:\n- path: patch.yaml\n", "spec/patch.yaml", "- &op {op: add, path: /x, value: 1}\n- *op\n"), wantErr: ErrYAMLAlias, wantEntry: "patches[0].path"},
+		{name: "alias bomb in the kustomization", fsys: withKustomization("resources: [p.yaml]\n" + kustomizeAliasBomb), wantErr: ErrYAMLAlias},
 		{name: "cycle", fsys: withKustomization("resources: [p.yaml, ../other]\n", "other/kustomization.yaml", "resources: [../spec]\n")},
 		{name: "unknown kustomization field", fsys: withKustomization("resources: [p.yaml]\nbogus: 1\n")},
 		{name: "kustomize build failure", fsys: withKustomization("resources: [p.yaml, p.yaml]\n")},

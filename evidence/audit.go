@@ -1,0 +1,765 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// Rules an audit finding names. Each is stable: scripts may match on it.
+const (
+	// RuleAppendOnly: a commit changed or deleted a file of its parent.
+	RuleAppendOnly = "append-only"
+	// RuleLinearHistory: a merge commit on the evidence branch.
+	RuleLinearHistory = "linear-history"
+	// RuleCommitSignature: a commit is unsigned or its SSH signature does
+	// not verify with a key allowed to sign evidence, valid at commit time.
+	RuleCommitSignature = "commit-signature"
+	// RuleSignature: a document's DSSE signature does not verify (forged or
+	// corrupted), or the document is not a well-formed envelope.
+	RuleSignature = "signature"
+	// RuleUntrustedSigner: a document verifies only with a key that is not
+	// allowed to sign evidence, or was not valid when it was committed.
+	RuleUntrustedSigner = "untrusted-signer"
+	// RulePredicate: the predicate type does not match the file name, or
+	// the predicate does not decode.
+	RulePredicate = "predicate"
+	// RuleLayout: a file where the evidence layout puts none, or a path
+	// that does not match what the document says.
+	RuleLayout = "layout"
+	// RuleLifecycleOrder: a document landed before the one it depends on,
+	// or without it.
+	RuleLifecycleOrder = "lifecycle-order"
+	// RuleIncompleteRun: an admitted run has no receipt past its deadline
+	// plus AuditOptions.Grace.
+	RuleIncompleteRun = "incomplete-run"
+	// RuleDigestBinding: a document binds another file (or spec object)
+	// by a digest that does not match it.
+	RuleDigestBinding = "digest-binding"
+	// RuleVerdict: a recorded verdict is not what the documents it sums
+	// up imply.
+	RuleVerdict = "verdict"
+	// RuleReceiptChain: a gap, fork or broken link in a cluster's receipt
+	// chain.
+	RuleReceiptChain = "receipt-chain"
+	// RuleApproval: an admission, cancel or release is not backed by
+	// approvals that meet the trust policy's threshold at its time.
+	RuleApproval = "approval"
+	// RuleCopiedDocument: a document of one run's directory names another
+	// run, or is byte for byte another run's document.
+	RuleCopiedDocument = "copied-document"
+	// RuleIndex: the run-ID index and the run directories disagree.
+	RuleIndex = "index"
+	// RuleHistoryRewritten: the branch does not descend from the commit
+	// pinned with AuditOptions.Since.
+	RuleHistoryRewritten = "history-rewritten"
+)
+
+// DefaultGrace is how long after its run deadline an admitted run may go
+// without a receipt before the audit flags it, when AuditOptions.Grace is
+// zero: enough for a reconciler restart to finish it.
+const DefaultGrace = 15 * time.Minute
+
+// ErrNoBranch means the repository has no such evidence branch.
+var ErrNoBranch = errors.New("evidence: no such branch")
+
+// AuditOptions says what to audit.
+type AuditOptions struct {
+	// Repo is a local Git repository (bare or not), or a remote URL
+	// (file://, http(s)://, ssh://) fetched into a temporary bare
+	// repository first.
+	Repo string
+	// Auth is used for a remote Repo.
+	Auth Auth
+	// Branch is the evidence branch, DefaultBranch when empty.
+	Branch string
+	// Policy is the trust policy the signatures are checked against.
+	// Required.
+	Policy *signing.TrustPolicy
+	// Since pins a commit (hash or revision) that the branch must descend
+	// from; a branch that does not is reported as history-rewritten.
+	Since string
+	// Now is the audit's time (time.Now when zero): runs admitted without
+	// a receipt past their deadline plus Grace at Now are flagged.
+	Now time.Time
+	// Grace is DefaultGrace when zero.
+	Grace time.Duration
+	// Workers verifies signatures on this many goroutines;
+	// runtime.GOMAXPROCS(0) when zero.
+	Workers int
+}
+
+// Finding is one problem the audit found. Run and Path are empty when the
+// finding is about the branch as a whole.
+type Finding struct {
+	Rule    string `json:"rule"`
+	Cluster string `json:"cluster,omitempty"`
+	Run     string `json:"run,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+	Message string `json:"message"`
+}
+
+func (f Finding) String() string {
+	var b strings.Builder
+	b.WriteString(f.Rule)
+	if f.Run != "" {
+		fmt.Fprintf(&b, " run %s", f.Run)
+	}
+	if f.Path != "" {
+		fmt.Fprintf(&b, " %s", f.Path)
+	}
+	if f.Commit != "" {
+		fmt.Fprintf(&b, " (commit %s)", shortHash(f.Commit))
+	}
+	b.WriteString(": ")
+	b.WriteString(f.Message)
+	return b.String()
+}
+
+// AuditReport is what Audit found. Clean reports whether there is no
+// finding.
+type AuditReport struct {
+	Repo              string       `json:"repo"`
+	Branch            string       `json:"branch"`
+	Tip               string       `json:"tip"`
+	Since             string       `json:"since,omitempty"`
+	TrustPolicyDigest specs.Digest `json:"trustPolicyDigest"`
+	Commits           int          `json:"commits"`
+	Files             int          `json:"files"`
+	// Documents is the number of signed documents verified (envelopes,
+	// approvals copied into runs included).
+	Documents int         `json:"documents"`
+	Runs      []RunReport `json:"runs"`
+	Findings  []Finding   `json:"findings"`
+}
+
+// Clean reports whether the audit found nothing.
+func (r *AuditReport) Clean() bool { return len(r.Findings) == 0 }
+
+// Audit reads the evidence branch of opts.Repo with go-git (objects only,
+// never a worktree) and proves what DESIGN §6 says it must: append-only
+// first-parent history with commits signed by evidence signers, every
+// document signed by a key allowed to sign evidence and valid when it was
+// committed, every digest binding, lifecycle order and completeness per
+// run, approvals behind admissions, cancels and releases, the receipt
+// chain of every cluster, the run-ID index, and (with Since) that the
+// branch was not rewritten. Problems with the evidence are Findings in
+// the report; an error means the branch could not be read at all (a
+// missing repository or branch, an unreadable object, a failed fetch).
+func Audit(ctx context.Context, opts AuditOptions) (*AuditReport, error) {
+	if opts.Policy == nil {
+		return nil, errors.New("evidence: AuditOptions.Policy is required")
+	}
+	if opts.Branch == "" {
+		opts.Branch = DefaultBranch
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	rd, err := openBranch(ctx, opts.Repo, opts.Auth, opts.Branch)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.close()
+	a := newAuditor(rd, opts)
+	if err := a.walk(ctx); err != nil {
+		return nil, err
+	}
+	a.checkSince()
+	a.checkAll()
+	return a.report(), nil
+}
+
+// branchReader is an opened evidence branch.
+type branchReader struct {
+	st      storer.EncodedObjectStorer
+	display string
+	branch  string
+	tip     plumbing.Hash
+	repo    *git.Repository
+	cleanup func()
+}
+
+func (b *branchReader) close() {
+	if b.cleanup != nil {
+		b.cleanup()
+	}
+}
+
+// isRemoteURL reports whether repo names a remote rather than a local
+// directory.
+func isRemoteURL(repo string) bool {
+	if strings.Contains(repo, "://") {
+		return true
+	}
+	if _, err := os.Stat(repo); err == nil {
+		return false
+	}
+	// scp-like user@host:path
+	i := strings.Index(repo, ":")
+	return i > 0 && !strings.ContainsAny(repo[:i], "/\\")
+}
+
+// openBranch opens repo and resolves branch. A remote is fetched into a
+// temporary bare repository removed by close.
+func openBranch(ctx context.Context, repo string, auth Auth, branch string) (*branchReader, error) {
+	ref := plumbing.NewBranchReferenceName(branch)
+	if err := ref.Validate(); err != nil {
+		return nil, fmt.Errorf("evidence: branch %q is not a valid branch name", branch)
+	}
+	if repo == "" {
+		return nil, errors.New("evidence: no repository given")
+	}
+	if isRemoteURL(repo) {
+		rm, err := newRemote(repo, auth)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "signet-audit-*.git")
+		if err != nil {
+			return nil, fmt.Errorf("evidence: could not create a temporary repository: %w", err)
+		}
+		cleanup := func() { os.RemoveAll(dir) }
+		st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64*cache.MiByte), filesystem.Options{KeepDescriptors: true})
+		r, err := git.Init(st, nil)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("evidence: init %s: %w", dir, err)
+		}
+		tip, err := rm.fetch(ctx, st, ref, nil)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		if tip.IsZero() {
+			cleanup()
+			return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, rm.display, branch)
+		}
+		return &branchReader{st: st, display: rm.display, branch: branch, tip: tip, repo: r,
+			cleanup: func() { st.Close(); cleanup() }}, nil
+	}
+	r, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not open repository %s: %w", repo, err)
+	}
+	var tip plumbing.Hash
+	for _, name := range []plumbing.ReferenceName{ref, plumbing.NewRemoteReferenceName("origin", branch)} {
+		rf, err := r.Reference(name, true)
+		if err == nil {
+			tip = rf.Hash()
+			break
+		}
+		if !errors.Is(err, plumbing.ErrReferenceNotFound) {
+			return nil, fmt.Errorf("evidence: %s: read %s: %w", repo, name, err)
+		}
+	}
+	if tip.IsZero() {
+		return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, repo, branch)
+	}
+	return &branchReader{st: r.Storer, display: repo, branch: branch, tip: tip, repo: r}, nil
+}
+
+// readRaw returns the content of object h of type t.
+func readRaw(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+	o, err := st.EncodedObject(t, h)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
+	}
+	if o.Size() > signing.MaxEnvelopeSize*2 {
+		return nil, fmt.Errorf("evidence: %s %s: %d bytes is more than an evidence file may hold", t, h, o.Size())
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
+	}
+	defer r.Close()
+	b := make([]byte, o.Size())
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
+	}
+	return b, nil
+}
+
+// commitInfo is one commit of the first-parent history, oldest first.
+type commitInfo struct {
+	hash   plumbing.Hash
+	tree   plumbing.Hash
+	when   time.Time
+	index  int
+	sigErr *sigResult
+}
+
+// fileRec is one version of a file added by a commit.
+type fileRec struct {
+	path   string
+	blob   plumbing.Hash
+	commit *commitInfo
+	digest specs.Digest
+	data   []byte // node snapshots, index entries and chain links only
+	doc    *docRec
+}
+
+// auditor holds one audit's state.
+type auditor struct {
+	rd      *branchReader
+	opts    AuditOptions
+	policy  *signing.TrustPolicy
+	commits []*commitInfo
+	byHash  map[plumbing.Hash]*commitInfo
+	// files is the latest version of every path ever added; versions
+	// keeps every version of paths that changed.
+	files    map[string]*fileRec
+	versions map[string][]*fileRec
+	findings []Finding
+	docs     int
+	runs     []*runAudit
+	pool     *verifyPool
+}
+
+func newAuditor(rd *branchReader, opts AuditOptions) *auditor {
+	return &auditor{rd: rd, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
+		files: map[string]*fileRec{}, versions: map[string][]*fileRec{}}
+}
+
+func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
+
+// walk reads the first-parent history from the root to the tip, checks
+// that each commit only adds files, and reads every added file once,
+// handing signed documents to the verification pool.
+func (a *auditor) walk(ctx context.Context) error {
+	var chain []*commitInfo
+	var parentsOf = map[plumbing.Hash]int{}
+	for h := a.rd.tip; !h.IsZero(); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		raw, err := readRaw(a.rd.st, plumbing.CommitObject, h)
+		if err != nil {
+			return err
+		}
+		c := &object.Commit{}
+		mo := &plumbing.MemoryObject{}
+		mo.SetType(plumbing.CommitObject)
+		mo.Write(raw)
+		if err := c.Decode(mo); err != nil {
+			return fmt.Errorf("evidence: could not decode commit %s: %w", h, err)
+		}
+		ci := &commitInfo{hash: h, tree: c.TreeHash, when: c.Committer.When}
+		ci.sigErr = &sigResult{raw: raw}
+		chain = append(chain, ci)
+		parentsOf[h] = len(c.ParentHashes)
+		if len(c.ParentHashes) > 1 {
+			a.add(Finding{Rule: RuleLinearHistory, Commit: h.String(),
+				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.ParentHashes))})
+		}
+		if len(c.ParentHashes) == 0 {
+			break
+		}
+		h = c.ParentHashes[0]
+	}
+	slices.Reverse(chain)
+	for i, c := range chain {
+		c.index = i
+		a.byHash[c.hash] = c
+	}
+	a.commits = chain
+
+	a.pool = newVerifyPool(a.policy, a.opts.Workers)
+	defer a.pool.close()
+	// Commit signatures are checked on the pool too.
+	for _, c := range chain {
+		a.pool.submitCommit(c)
+	}
+	prev := plumbing.ZeroHash
+	for _, c := range chain {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := a.diff(c, "", prev, c.tree); err != nil {
+			return err
+		}
+		prev = c.tree
+	}
+	a.pool.wait()
+	for _, c := range chain {
+		if r := c.sigErr; r.err != nil {
+			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: r.err.Error()})
+		}
+	}
+	return nil
+}
+
+// diff compares the tree old (zero for none) with new at dir. Entries with
+// the same hash are skipped without reading them; only subtrees whose
+// hashes differ are read.
+func (a *auditor) diff(c *commitInfo, dir string, old, new plumbing.Hash) error {
+	if old == new {
+		return nil
+	}
+	var oldEntries []object.TreeEntry
+	if !old.IsZero() {
+		t, err := object.GetTree(a.rd.st, old)
+		if err != nil {
+			return fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), old, err)
+		}
+		oldEntries = t.Entries
+	}
+	var newEntries []object.TreeEntry
+	if !new.IsZero() {
+		t, err := object.GetTree(a.rd.st, new)
+		if err != nil {
+			return fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), new, err)
+		}
+		newEntries = t.Entries
+	}
+	byName := make(map[string]object.TreeEntry, len(newEntries))
+	for _, e := range newEntries {
+		byName[e.Name] = e
+	}
+	for _, o := range oldEntries {
+		p := path.Join(dir, o.Name)
+		n, ok := byName[o.Name]
+		delete(byName, o.Name)
+		switch {
+		case !ok:
+			a.removed(c, p, o)
+		case o.Hash == n.Hash && o.Mode == n.Mode:
+		case o.Mode == filemode.Dir && n.Mode == filemode.Dir:
+			if err := a.diff(c, p, o.Hash, n.Hash); err != nil {
+				return err
+			}
+		default:
+			a.add(Finding{Rule: RuleAppendOnly, Path: p, Commit: c.hash.String(), Run: runOfPath(p),
+				Message: fmt.Sprintf("changed after it was added (%s %s → %s %s)", o.Mode, shortHash(o.Hash.String()), n.Mode, shortHash(n.Hash.String()))})
+			if o.Mode == filemode.Dir {
+				a.removed(c, p, o)
+				if err := a.added(c, p, n); err != nil {
+					return err
+				}
+			} else if n.Mode == filemode.Dir {
+				if err := a.added(c, p, n); err != nil {
+					return err
+				}
+			} else if err := a.addFile(c, p, n); err != nil {
+				return err
+			}
+		}
+	}
+	// What is left was added by this commit; keep tree order.
+	for _, n := range newEntries {
+		if _, ok := byName[n.Name]; !ok {
+			continue
+		}
+		if err := a.added(c, path.Join(dir, n.Name), n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orRootDir(dir string) string {
+	if dir == "" {
+		return "/"
+	}
+	return dir
+}
+
+// removed reports a deleted file or every file of a deleted directory.
+func (a *auditor) removed(c *commitInfo, p string, e object.TreeEntry) {
+	what := "file"
+	if e.Mode == filemode.Dir {
+		what = "directory"
+	}
+	a.add(Finding{Rule: RuleAppendOnly, Path: p, Commit: c.hash.String(), Run: runOfPath(p),
+		Message: fmt.Sprintf("%s deleted after it was added", what)})
+}
+
+// added records every file under entry e, added by c.
+func (a *auditor) added(c *commitInfo, p string, e object.TreeEntry) error {
+	if e.Mode != filemode.Dir {
+		return a.addFile(c, p, e)
+	}
+	t, err := object.GetTree(a.rd.st, e.Hash)
+	if err != nil {
+		return fmt.Errorf("evidence: could not read tree %s (%s): %w", p, e.Hash, err)
+	}
+	for _, sub := range t.Entries {
+		if err := a.added(c, path.Join(p, sub.Name), sub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addFile reads a file added (or changed) by c and classifies it.
+func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
+	if e.Mode != filemode.Regular {
+		a.add(Finding{Rule: RuleLayout, Path: p, Commit: c.hash.String(), Run: runOfPath(p),
+			Message: fmt.Sprintf("mode %s: evidence files are regular files (100644)", e.Mode)})
+		if e.Mode == filemode.Submodule {
+			return nil
+		}
+	}
+	data, err := readRaw(a.rd.st, plumbing.BlobObject, e.Hash)
+	if err != nil {
+		return fmt.Errorf("evidence: %s: %w", p, err)
+	}
+	f := &fileRec{path: p, blob: e.Hash, commit: c, digest: specs.DigestOf(data)}
+	if old := a.files[p]; old != nil {
+		if len(a.versions[p]) == 0 {
+			a.versions[p] = []*fileRec{old}
+		}
+		a.versions[p] = append(a.versions[p], f)
+	}
+	a.files[p] = f
+	switch kind := classify(p); kind {
+	case kindDocument, kindApproval:
+		f.doc = &docRec{kind: kind}
+		a.docs++
+		a.pool.submitDoc(f, data)
+	case kindNode, kindIndex, kindChain:
+		f.data = data
+	}
+	return nil
+}
+
+// File kinds of the evidence layout.
+const (
+	kindOther = iota
+	kindDocument
+	kindApproval
+	kindNode
+	kindLog
+	kindIndex
+	kindChain
+)
+
+// classify tells what the layout makes of path p.
+func classify(p string) int {
+	parts := strings.Split(p, "/")
+	switch parts[0] {
+	case "ids":
+		return kindIndex
+	case "chain":
+		return kindChain
+	case "runs":
+		// runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/<rest…>
+		if len(parts) < 8 {
+			return kindOther
+		}
+		switch parts[7] {
+		case "nodes":
+			return kindNode
+		case "logs":
+			return kindLog
+		case "approvals":
+			return kindApproval
+		}
+		if strings.HasSuffix(p, ".json") {
+			return kindDocument
+		}
+	}
+	return kindOther
+}
+
+// runOfPath returns the run ID a path of the layout belongs to, "" when
+// none.
+func runOfPath(p string) string {
+	parts := strings.Split(p, "/")
+	switch {
+	case parts[0] == "runs" && len(parts) >= 7:
+		return parts[6]
+	case parts[0] == "ids" && len(parts) == 4:
+		return parts[3]
+	}
+	return ""
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// sigResult is the outcome of a commit signature check.
+type sigResult struct {
+	raw []byte
+	key string
+	err error
+}
+
+// docRec is a verified (or refused) signed document.
+type docRec struct {
+	kind      int
+	statement *signing.Statement
+	keys      []string
+	rule      string // RuleSignature or RuleUntrustedSigner when refused
+	err       error
+	approval  *signing.Approval
+}
+
+// verifyPool verifies signatures on a fixed number of goroutines. Reading
+// objects stays on the caller's goroutine (go-git storage is not safe for
+// concurrent use); only parsing and cryptography run here.
+type verifyPool struct {
+	policy  *signing.TrustPolicy
+	signers []*signing.PublicKey
+	jobs    chan func()
+	wg      sync.WaitGroup
+	workers sync.WaitGroup
+}
+
+func newVerifyPool(p *signing.TrustPolicy, n int) *verifyPool {
+	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), jobs: make(chan func(), 4*n)}
+	for range n {
+		vp.workers.Add(1)
+		go func() {
+			defer vp.workers.Done()
+			for j := range vp.jobs {
+				j()
+				vp.wg.Done()
+			}
+		}()
+	}
+	return vp
+}
+
+func (vp *verifyPool) submit(f func()) {
+	vp.wg.Add(1)
+	vp.jobs <- f
+}
+
+// wait waits for every job submitted so far.
+func (vp *verifyPool) wait() { vp.wg.Wait() }
+
+func (vp *verifyPool) close() {
+	close(vp.jobs)
+	vp.workers.Wait()
+}
+
+func (vp *verifyPool) submitCommit(c *commitInfo) {
+	vp.submit(func() {
+		c.sigErr.key, c.sigErr.err = verifyCommit(c.sigErr.raw, vp.policy, vp.signers, c.when)
+		c.sigErr.raw = nil
+	})
+}
+
+func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
+	vp.submit(func() {
+		if f.doc.kind == kindApproval {
+			ap, err := signing.ParseApproval(f.path, data)
+			if err != nil {
+				f.doc.rule, f.doc.err = RuleApproval, err
+				return
+			}
+			f.doc.approval = ap
+			f.doc.statement = ap.Statement
+			return
+		}
+		f.doc.statement, f.doc.keys, f.doc.rule, f.doc.err = verifyDocument(data, vp.policy, vp.signers, f.commit.when)
+	})
+}
+
+// verifyDocument verifies a DSSE envelope against the evidence signers
+// valid at `at`. It returns the rule a refusal falls under:
+// RuleSignature for a malformed envelope or a signature that does not
+// verify, RuleUntrustedSigner for one made by a key that may not sign
+// evidence or was not valid at `at`.
+func verifyDocument(b []byte, p *signing.TrustPolicy, signers []*signing.PublicKey, at time.Time) (*signing.Statement, []string, string, error) {
+	env, err := signing.ParseEnvelope(b)
+	if err != nil {
+		return nil, nil, RuleSignature, err
+	}
+	st, err := env.Statement()
+	if err != nil {
+		return nil, nil, RuleSignature, err
+	}
+	ids := env.VerifiedKeyIDs(signers...)
+	var valid, reasons []string
+	for _, id := range ids {
+		if r := p.KeyValidAt(id, at); r != "" {
+			reasons = append(reasons, r+" (committed "+at.UTC().Format(time.RFC3339)+")")
+			continue
+		}
+		valid = append(valid, id)
+	}
+	if len(valid) > 0 {
+		return st, valid, "", nil
+	}
+	if len(reasons) > 0 {
+		return st, nil, RuleUntrustedSigner, errors.New(strings.Join(reasons, "; "))
+	}
+	// Nothing verified. A signature whose keyid names an evidence signer
+	// is a forgery (or corruption); one naming any other key was made by
+	// a key the policy does not allow to sign evidence.
+	forged, other := false, []string{}
+	for _, s := range env.Signatures {
+		named := false
+		for _, k := range signers {
+			if s.KeyID == "" || s.KeyID == k.DSSEKeyID() || s.KeyID == k.KeyID() {
+				named = true
+			}
+		}
+		if named {
+			forged = true
+		} else {
+			other = append(other, s.KeyID)
+		}
+	}
+	if !forged {
+		if ids := env.VerifiedKeyIDs(p.Approvers()...); len(ids) > 0 {
+			return st, nil, RuleUntrustedSigner, fmt.Errorf("signed by key %s, which is not allowed to sign evidence", shortHash(ids[0]))
+		}
+		return st, nil, RuleUntrustedSigner, fmt.Errorf("signed by key %s, which is not an evidence signer of the trust policy", strings.Join(other, ", "))
+	}
+	return st, nil, RuleSignature, errors.New("no signature verifies with an evidence signer of the trust policy (forged or corrupted)")
+}
+
+// verifyCommit checks the SSH signature (namespace "git") of a raw commit
+// against the evidence signers, valid at the commit's time.
+func verifyCommit(raw []byte, p *signing.TrustPolicy, signers []*signing.PublicKey, at time.Time) (string, error) {
+	payload, armored, err := signing.SplitCommitSignature(raw)
+	if err != nil {
+		return "", err
+	}
+	if armored == nil {
+		return "", errors.New("commit is not signed")
+	}
+	id, err := verifySSHSig(payload, armored, signers)
+	if err != nil {
+		return "", err
+	}
+	if r := p.KeyValidAt(id, at); r != "" {
+		return "", fmt.Errorf("%s (committed %s)", r, at.UTC().Format(time.RFC3339))
+	}
+	return id, nil
+}
+

@@ -1,0 +1,1079 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// Run phases derived from the documents a run directory holds.
+const (
+	PhaseUnknown   = "Unknown"
+	PhaseAdmitted  = "Admitted"
+	PhaseChecking  = "Checking"
+	PhaseEvidence  = "Evidence"
+	PhaseDone      = "Done"
+	PhaseCancelled = "Canceled"
+)
+
+// RunReport is what the branch says about one run, as audited.
+type RunReport struct {
+	Cluster    string        `json:"cluster"`
+	Run        string        `json:"run"`
+	Dir        string        `json:"dir"`
+	Phase      string        `json:"phase"`
+	Verdict    specs.Verdict `json:"verdict,omitempty"`
+	Canceled   bool          `json:"canceled,omitempty"`
+	Released   bool          `json:"released,omitempty"`
+	Profile    string        `json:"profile,omitempty"`
+	SpecCommit string        `json:"specCommit,omitempty"`
+	AdmittedAt time.Time     `json:"admittedAt,omitzero"`
+	Deadline   time.Time     `json:"runDeadline,omitzero"`
+	EndedAt    time.Time     `json:"endedAt,omitzero"`
+	// ReceiptSequence is the run's place in its cluster's receipt chain,
+	// 0 without a receipt.
+	ReceiptSequence int64         `json:"receiptSequence,omitempty"`
+	Checks          []CheckReport `json:"checks,omitempty"`
+	Nodes           []NodeReport  `json:"nodes,omitempty"`
+	// Signers are the ids of the keys that signed the run's documents.
+	Signers []string `json:"signers,omitempty"`
+	// Approvers are the ids of the approver keys counted for the
+	// admission, cancel and release.
+	Approvers []string `json:"approvers,omitempty"`
+	// Bindings are every digest binding checked, in document order.
+	Bindings []Binding `json:"bindings,omitempty"`
+	// Findings are this run's findings (also in AuditReport.Findings).
+	Findings []Finding `json:"findings,omitempty"`
+}
+
+// CheckReport is one check of a run.
+type CheckReport struct {
+	Index        int           `json:"index"`
+	Name         string        `json:"name"`
+	Verdict      specs.Verdict `json:"verdict,omitempty"`
+	Reason       string        `json:"reason,omitempty"`
+	Skipped      bool          `json:"skipped,omitempty"`
+	Intent       bool          `json:"intent"`
+	Evidence     bool          `json:"evidence"`
+	Participants []NodeReport  `json:"participants,omitempty"`
+}
+
+// NodeReport is one node's verdict.
+type NodeReport struct {
+	Node    string        `json:"node"`
+	UID     string        `json:"uid,omitempty"`
+	Verdict specs.Verdict `json:"verdict,omitempty"`
+	Reason  string        `json:"reason,omitempty"`
+}
+
+// Binding is one digest binding from a document to a file or spec object.
+type Binding struct {
+	From   string       `json:"from"`
+	To     string       `json:"to"`
+	Digest specs.Digest `json:"digest"`
+	OK     bool         `json:"ok"`
+}
+
+// runAudit is one run directory being audited.
+type runAudit struct {
+	a       *auditor
+	cluster string
+	id      string
+	dir     string
+	files   map[string]*fileRec // by path relative to dir
+	bound   map[string]bool     // relative paths some document binds
+
+	adm      *Admission
+	admFile  *fileRec
+	subjects []signing.Subject
+	ev       *RunEvidence
+	evFile   *fileRec
+	receipt  *Receipt
+	rcFile   *fileRec
+	checks   []*CheckEvidence
+	report   RunReport
+	signers  map[string]bool
+	approver map[string]bool
+}
+
+func (r *runAudit) add(rule, rel, msg string) {
+	f := Finding{Rule: rule, Cluster: r.cluster, Run: r.id, Path: path.Join(r.dir, rel), Message: msg}
+	if fr := r.files[rel]; fr != nil {
+		f.Commit = fr.commit.hash.String()
+	}
+	if rel == "" {
+		f.Path = r.dir
+	}
+	r.a.add(f)
+}
+
+func (r *runAudit) file(rel string) *fileRec { return r.files[rel] }
+
+// rel returns p relative to the run directory, and whether p is inside it.
+func (r *runAudit) rel(p string) (string, bool) {
+	if !strings.HasPrefix(p, r.dir+"/") {
+		return "", false
+	}
+	return p[len(r.dir)+1:], true
+}
+
+// decode checks that f verified, has predicate type want, and decodes its
+// predicate strictly into v. Signature problems are reported once for
+// every file elsewhere; decode reports predicate problems.
+func (r *runAudit) decode(rel string, f *fileRec, want string, v any) bool {
+	if f == nil || f.doc == nil || f.doc.statement == nil || f.doc.err != nil {
+		return false
+	}
+	for _, k := range f.doc.keys {
+		r.signers[k] = true
+	}
+	st := f.doc.statement
+	if st.PredicateType != want {
+		r.add(RulePredicate, rel, fmt.Sprintf("predicate type %q, but %s holds %q", st.PredicateType, path.Base(rel), want))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(st.Predicate))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		r.add(RulePredicate, rel, fmt.Sprintf("predicate does not decode as %s: %v", want, err))
+		return false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		r.add(RulePredicate, rel, "data after the predicate")
+		return false
+	}
+	return true
+}
+
+// bind checks that the document at from binds the file at p by digest d.
+// It returns the bound file, nil when missing or different.
+func (r *runAudit) bind(from, p string, d specs.Digest) *fileRec {
+	b := Binding{From: path.Join(r.dir, from), To: p, Digest: d}
+	defer func() { r.report.Bindings = append(r.report.Bindings, b) }()
+	rel, ok := r.rel(p)
+	if !ok {
+		if f := r.a.files[p]; f != nil && strings.HasPrefix(p, "runs/") {
+			r.add(RuleCopiedDocument, from, fmt.Sprintf("binds %s, a file of another run's directory", p))
+		} else {
+			r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s, which is outside the run directory", p))
+		}
+		return nil
+	}
+	r.bound[rel] = true
+	f := r.files[rel]
+	if f == nil {
+		r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s (%s), which is not on the branch", p, d))
+		return nil
+	}
+	if f.digest != d {
+		r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s by %s, but the file's digest is %s", p, d, f.digest))
+		return nil
+	}
+	b.OK = true
+	return f
+}
+
+// bindValue checks a digest binding to a spec object or value.
+func (r *runAudit) bindValue(from, what string, recorded, actual specs.Digest) {
+	b := Binding{From: path.Join(r.dir, from), To: what, Digest: recorded, OK: recorded == actual}
+	r.report.Bindings = append(r.report.Bindings, b)
+	if !b.OK {
+		r.add(RuleDigestBinding, from, fmt.Sprintf("records %s as %s, but it digests to %s", what, recorded, actual))
+	}
+}
+
+// subjectsMatch checks a statement's subjects against want (as a set).
+func (r *runAudit) subjectsMatch(rel string, f *fileRec, want []signing.Subject) {
+	got := f.doc.statement.Subject
+	key := func(s signing.Subject) string { return s.Name + "@" + s.Digest["sha256"] }
+	var g, w []string
+	for _, s := range got {
+		g = append(g, key(s))
+	}
+	for _, s := range want {
+		w = append(w, key(s))
+	}
+	sort.Strings(g)
+	sort.Strings(w)
+	for _, s := range want {
+		r.report.Bindings = append(r.report.Bindings, Binding{From: path.Join(r.dir, rel), To: "subject " + s.Name, Digest: s.SubjectDigest(), OK: slices.Contains(g, key(s))})
+	}
+	if !slices.Equal(g, w) {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("subjects %v, want %v", g, w))
+	}
+}
+
+// before reports a lifecycle-order finding when doc landed before dep.
+func (r *runAudit) notBefore(rel string, f *fileRec, depRel string, dep *fileRec) {
+	if f == nil || dep == nil {
+		return
+	}
+	if f.commit.index < dep.commit.index {
+		r.add(RuleLifecycleOrder, rel, fmt.Sprintf("landed in commit %s, before %s (commit %s)", shortHash(f.commit.hash.String()), depRel, shortHash(dep.commit.hash.String())))
+	}
+}
+
+// sameRun reports a copied document when a predicate names another run.
+func (r *runAudit) sameRun(rel, run, cluster string) bool {
+	if run != r.id {
+		r.add(RuleCopiedDocument, rel, fmt.Sprintf("the document is about run %q, not %q: copied from another run's directory", run, r.id))
+		return false
+	}
+	if cluster != "" && cluster != r.cluster {
+		r.add(RuleCopiedDocument, rel, fmt.Sprintf("the document is about cluster %q, not %q", cluster, r.cluster))
+		return false
+	}
+	return true
+}
+
+var (
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	checkRE    = regexp.MustCompile(`^checks/([0-9]{2})-([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(\.intent)?\.json$`)
+)
+
+// checkAll runs every check that needs the whole branch read.
+func (a *auditor) checkAll() {
+	// Signature verdicts of every version of every signed document.
+	var paths []string
+	for p := range a.files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		vs := a.versions[p]
+		if len(vs) == 0 {
+			vs = []*fileRec{a.files[p]}
+		}
+		for _, f := range vs {
+			if f.doc != nil && f.doc.err != nil {
+				a.add(Finding{Rule: f.doc.rule, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: f.doc.err.Error()})
+			}
+		}
+	}
+	// Group the layout.
+	runs := map[string]*runAudit{}
+	var order []string
+	for _, p := range paths {
+		parts := strings.Split(p, "/")
+		switch parts[0] {
+		case "runs":
+			if len(parts) < 8 {
+				a.add(Finding{Rule: RuleLayout, Path: p, Message: "not inside a run directory runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/"})
+				continue
+			}
+			dir := strings.Join(parts[:7], "/")
+			r := runs[dir]
+			if r == nil {
+				r = &runAudit{a: a, cluster: parts[1], id: parts[6], dir: dir, files: map[string]*fileRec{}, bound: map[string]bool{},
+					signers: map[string]bool{}, approver: map[string]bool{}}
+				runs[dir] = r
+				order = append(order, dir)
+			}
+			r.files[strings.Join(parts[7:], "/")] = a.files[p]
+		case "ids", "chain":
+		default:
+			a.add(Finding{Rule: RuleLayout, Path: p, Message: "outside the evidence layout (ids/, runs/, chain/)"})
+		}
+	}
+	for _, dir := range order {
+		r := runs[dir]
+		r.check()
+		a.runs = append(a.runs, r)
+	}
+	a.checkIndex(runs)
+	a.checkCopies()
+	a.checkChains()
+	for _, r := range a.runs {
+		r.finish()
+	}
+}
+
+// check audits one run directory.
+func (r *runAudit) check() {
+	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir, Phase: PhaseUnknown}
+	parts := strings.Split(r.dir, "/")
+	if !dnsLabelRE.MatchString(r.cluster) {
+		r.add(RuleLayout, "", fmt.Sprintf("cluster %q is not a DNS label", r.cluster))
+	}
+	if parts[5] != Shard(r.id) {
+		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", parts[5], r.id, Shard(r.id)))
+	}
+	r.admFile = r.file(AdmissionFile)
+	var adm Admission
+	if r.admFile == nil {
+		r.add(RuleLifecycleOrder, "", "the run directory has no admission.json: every document of a run follows its admission")
+		return
+	}
+	if !r.decode(AdmissionFile, r.admFile, PredicateAdmission, &adm) {
+		return
+	}
+	r.adm = &adm
+	r.report.Phase = PhaseAdmitted
+	r.report.Profile = adm.Profile.Name
+	r.report.SpecCommit = adm.SpecCommit
+	r.report.AdmittedAt, r.report.Deadline = adm.AdmittedAt, adm.RunDeadline
+	r.checkAdmission()
+	r.checkChecks()
+	r.checkEvidence()
+	r.checkAction(CancelFile, PredicateCancel, signing.ActionCancel)
+	r.checkAction(ReleaseFile, PredicateRelease, signing.ActionRelease)
+	r.checkReceipt()
+	if r.rcFile == nil && r.a.opts.Now.After(adm.RunDeadline.Add(r.a.opts.Grace)) {
+		r.add(RuleIncompleteRun, "", fmt.Sprintf("admitted at %s with run deadline %s and no receipt at %s (grace %s)",
+			adm.AdmittedAt.UTC().Format(time.RFC3339), adm.RunDeadline.UTC().Format(time.RFC3339), r.a.opts.Now.UTC().Format(time.RFC3339), r.a.opts.Grace))
+	}
+	// Every file of the run directory is bound by some document.
+	var rels []string
+	for rel := range r.files {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		if r.bound[rel] || r.files[rel].doc != nil && r.files[rel].doc.kind == kindDocument {
+			continue
+		}
+		r.add(RuleLayout, rel, "no document of the run binds this file")
+	}
+}
+
+func (r *runAudit) checkAdmission() {
+	adm := r.adm
+	const rel = AdmissionFile
+	if !r.sameRun(rel, adm.Run, adm.Cluster) {
+		return
+	}
+	if want := RunDir(r.cluster, r.id, adm.AdmittedAt); want != r.dir {
+		r.add(RuleLayout, rel, fmt.Sprintf("admitted at %s, so the run belongs in %s", adm.AdmittedAt.UTC().Format(time.RFC3339), want))
+	}
+	if adm.Request.Kind != specs.KindRequest || adm.Request.Name != r.id {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("request %s/%s is not %s/%s", adm.Request.Kind, adm.Request.Name, specs.KindRequest, r.id))
+	}
+	if adm.Profile.Kind != specs.KindProfile || adm.Profile.Name != adm.RequestObject.Spec.Profile {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("profile %s/%s is not the request's profile %q", adm.Profile.Kind, adm.Profile.Name, adm.RequestObject.Spec.Profile))
+	}
+	if c, err := specs.CanonicalRequest(&adm.RequestObject); err == nil {
+		r.bindValue(rel, "requestObject", adm.Request.Digest, specs.DigestOf(c))
+	} else {
+		r.add(RuleDigestBinding, rel, "requestObject: "+err.Error())
+	}
+	if c, err := specs.CanonicalProfile(&adm.ProfileObject); err == nil {
+		r.bindValue(rel, "profileObject", adm.Profile.Digest, specs.DigestOf(c))
+	} else {
+		r.add(RuleDigestBinding, rel, "profileObject: "+err.Error())
+	}
+	r.bindValue(rel, "bundle", specs.Digest(adm.ProfileObject.Spec.Bundle.Digest), adm.Bundle.Digest)
+	if want := adm.AdmittedAt.Add(adm.ProfileObject.RunDeadline()); !adm.RunDeadline.Equal(want) {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("runDeadline %s is not admittedAt plus the profile's derived run deadline (%s)", adm.RunDeadline.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339)))
+	}
+	subjects := []signing.Subject{signing.SubjectFor(adm.Request.Kind+"/"+adm.Request.Name, adm.Request.Digest)}
+	seen := map[string]bool{}
+	for i, p := range adm.Participants {
+		if p.Index != i || seen[p.Node] {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("participants[%d]: index %d or node %q repeated", i, p.Index, p.Node))
+		}
+		seen[p.Node] = true
+		r.report.Nodes = append(r.report.Nodes, NodeReport{Node: p.Node, UID: p.UID})
+		if want := NodePath(r.dir, p.Node); p.Snapshot.Path != want {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("participants[%d].snapshot.path %s is not %s", i, p.Snapshot.Path, want))
+		}
+		r.subjects = append(r.subjects, signing.SubjectFor(p.Snapshot.Path, p.Snapshot.Digest))
+		f := r.bind(rel, p.Snapshot.Path, p.Snapshot.Digest)
+		if f == nil {
+			continue
+		}
+		var snap NodeSnapshot
+		srel, _ := r.rel(p.Snapshot.Path)
+		dec := json.NewDecoder(bytes.NewReader(f.data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&snap); err != nil {
+			r.add(RuleLayout, srel, "node snapshot does not decode: "+err.Error())
+			continue
+		}
+		if r.sameRun(srel, snap.Run, snap.Cluster) && (snap.Name != p.Node || snap.UID != p.UID) {
+			r.add(RuleDigestBinding, srel, fmt.Sprintf("snapshot of node %q (uid %q), admitted as %q (uid %q)", snap.Name, snap.UID, p.Node, p.UID))
+		}
+		r.notBefore(rel, r.admFile, srel, f)
+	}
+	if len(adm.Participants) == 0 {
+		r.add(RuleDigestBinding, rel, "no participant")
+	}
+	r.subjectsMatch(rel, r.admFile, append(subjects, r.subjects...))
+	approvals := r.approvals(rel, adm.Approvals)
+	for _, o := range []ObjectRef{adm.Request, adm.Profile} {
+		d := r.a.policy.Decide(o.Kind+"/"+o.Name, o.Digest, approvals, r.cluster, adm.AdmittedAt)
+		r.decided(rel, d)
+	}
+}
+
+// approvals binds and parses the approval copies refs.
+func (r *runAudit) approvals(rel string, refs []FileRef) []*signing.Approval {
+	var out []*signing.Approval
+	for _, ref := range refs {
+		f := r.bind(rel, ref.Path, ref.Digest)
+		if f == nil || f.doc == nil || f.doc.approval == nil {
+			continue
+		}
+		if !strings.HasPrefix(ref.Path, path.Join(r.dir, "approvals")+"/") {
+			r.add(RuleLayout, rel, fmt.Sprintf("approval copy %s is not under approvals/", ref.Path))
+		}
+		arel, _ := r.rel(ref.Path)
+		r.notBefore(rel, r.files[rel], arel, f)
+		out = append(out, f.doc.approval)
+	}
+	return out
+}
+
+func (r *runAudit) decided(rel string, d signing.Decision) {
+	if !d.Approved {
+		r.add(RuleApproval, rel, fmt.Sprintf("%s (%s) is not approved by the copied approvals under the trust policy: %s", d.Subject, d.Digest, strings.Join(d.Reasons, "; ")))
+		return
+	}
+	for _, k := range d.Keys {
+		r.approver[k] = true
+	}
+}
+
+func (r *runAudit) checkChecks() {
+	prof := r.adm.ProfileObject.Spec.Checks
+	for rel := range r.files {
+		if !strings.HasPrefix(rel, "checks/") {
+			continue
+		}
+		m := checkRE.FindStringSubmatch(rel)
+		if m == nil {
+			r.add(RuleLayout, rel, "not checks/NN-<check>.json or checks/NN-<check>.intent.json")
+			continue
+		}
+		i, _ := strconv.Atoi(m[1])
+		if i >= len(prof) || prof[i].Name != m[2] {
+			r.add(RuleLayout, rel, fmt.Sprintf("the admitted profile has no check %q at index %d", m[2], i))
+		}
+	}
+	var prevEv *fileRec
+	prevRel := ""
+	r.checks = make([]*CheckEvidence, len(prof))
+	for i, ck := range prof {
+		cr := CheckReport{Index: i, Name: ck.Name}
+		irel := strings.TrimPrefix(CheckIntentPath(r.dir, i, ck.Name), r.dir+"/")
+		erel := strings.TrimPrefix(CheckPath(r.dir, i, ck.Name), r.dir+"/")
+		intentF, evF := r.file(irel), r.file(erel)
+		cr.Intent, cr.Evidence = intentF != nil, evF != nil
+		if intentF != nil {
+			r.report.Phase = PhaseChecking
+			var in CheckIntent
+			if r.decode(irel, intentF, PredicateCheckIntent, &in) && r.sameRun(irel, in.Run, "") {
+				if in.Check != ck.Name || in.Index != i || in.Backend != string(ck.Backend) {
+					r.add(RuleLayout, irel, fmt.Sprintf("intent of check %q (index %d, backend %s), but the admitted check %d is %q (backend %s)", in.Check, in.Index, in.Backend, i, ck.Name, ck.Backend))
+				}
+				var script specs.Digest
+				for _, bf := range r.adm.Bundle.Files {
+					if bf.Path == ck.Script {
+						script = bf.Digest
+					}
+				}
+				r.bindValue(irel, "script "+ck.Script, in.ScriptDigest, script)
+				r.subjectsMatch(irel, intentF, r.subjects)
+			}
+			r.notBefore(irel, intentF, AdmissionFile, r.admFile)
+			if i > 0 && prevEv == nil {
+				r.add(RuleLifecycleOrder, irel, fmt.Sprintf("intent of check %d without the evidence of check %d", i, i-1))
+			}
+			r.notBefore(irel, intentF, prevRel, prevEv)
+		}
+		if evF != nil {
+			var ce CheckEvidence
+			if intentF == nil {
+				r.add(RuleLifecycleOrder, erel, "check evidence without its intent")
+			}
+			r.notBefore(erel, evF, irel, intentF)
+			if r.decode(erel, evF, PredicateCheck, &ce) && r.sameRun(erel, ce.Run, "") {
+				r.checks[i] = &ce
+				cr.Verdict, cr.Reason = ce.Verdict, ce.Reason
+				if ce.Check != ck.Name || ce.Index != i {
+					r.add(RuleLayout, erel, fmt.Sprintf("evidence of check %q (index %d), but the admitted check %d is %q", ce.Check, ce.Index, i, ck.Name))
+				}
+				if ce.Intent.Path != path.Join(r.dir, irel) {
+					r.add(RuleDigestBinding, erel, fmt.Sprintf("binds intent %s, not %s", ce.Intent.Path, path.Join(r.dir, irel)))
+				}
+				r.bind(erel, ce.Intent.Path, ce.Intent.Digest)
+				r.subjectsMatch(erel, evF, r.subjects)
+				logDir := path.Join(r.dir, "logs", fmt.Sprintf("%02d-%s", i, ck.Name)) + "/"
+				allPass := len(ce.Participants) > 0
+				for _, po := range ce.Participants {
+					if !slices.ContainsFunc(r.adm.Participants, func(p Participant) bool { return p.Node == po.Node }) {
+						r.add(RuleDigestBinding, erel, fmt.Sprintf("outcome for node %q, which is not a participant", po.Node))
+					}
+					cr.Participants = append(cr.Participants, NodeReport{Node: po.Node, UID: po.Identity.NodeUID, Verdict: po.Verdict, Reason: po.Reason})
+					allPass = allPass && po.Verdict == specs.VerdictPass
+					for _, l := range po.Logs {
+						if !strings.HasPrefix(l.Path, logDir) {
+							r.add(RuleLayout, erel, fmt.Sprintf("log %s is not under %s", l.Path, logDir))
+						}
+						if lf := r.bind(erel, l.Path, l.Digest); lf != nil {
+							lrel, _ := r.rel(l.Path)
+							r.notBefore(erel, evF, lrel, lf)
+						}
+					}
+				}
+				if ce.Verdict == specs.VerdictPass && (!ce.Covered || !allPass || len(ce.Participants) != len(r.adm.Participants)) {
+					r.add(RuleVerdict, erel, "Pass without every participant covered and passing")
+				}
+			}
+			prevEv, prevRel = evF, erel
+		} else if intentF != nil {
+			prevEv, prevRel = nil, ""
+		}
+		if evF == nil && intentF == nil {
+			// A check that never started: the previous evidence still
+			// orders any later intent.
+			cr.Skipped = true
+		}
+		r.report.Checks = append(r.report.Checks, cr)
+	}
+}
+
+func (r *runAudit) checkEvidence() {
+	const rel = EvidenceFile
+	r.evFile = r.file(rel)
+	if r.evFile == nil {
+		return
+	}
+	var ev RunEvidence
+	r.notBefore(rel, r.evFile, AdmissionFile, r.admFile)
+	if !r.decode(rel, r.evFile, PredicateEvidence, &ev) || !r.sameRun(rel, ev.Run, ev.Cluster) {
+		return
+	}
+	r.ev = &ev
+	r.report.Phase = PhaseEvidence
+	r.report.Verdict, r.report.Canceled, r.report.EndedAt = ev.Verdict, ev.Canceled, ev.EndedAt
+	if ev.Admission.Path != path.Join(r.dir, AdmissionFile) {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("binds admission %s, not this run's", ev.Admission.Path))
+	}
+	r.bind(rel, ev.Admission.Path, ev.Admission.Digest)
+	r.subjectsMatch(rel, r.evFile, r.subjects)
+	prof := r.adm.ProfileObject.Spec.Checks
+	if len(ev.Checks) != len(prof) {
+		r.add(RuleVerdict, rel, fmt.Sprintf("sums up %d checks, the admitted profile has %d", len(ev.Checks), len(prof)))
+	}
+	var verdicts []specs.Verdict
+	skipped := false
+	for i, s := range ev.Checks {
+		verdicts = append(verdicts, s.Verdict)
+		if i >= len(prof) || s.Index != i || s.Check != prof[i].Name {
+			r.add(RuleVerdict, rel, fmt.Sprintf("checks[%d] is %q (index %d), not the admitted check", i, s.Check, s.Index))
+			continue
+		}
+		erel := strings.TrimPrefix(CheckPath(r.dir, i, s.Check), r.dir+"/")
+		irel := strings.TrimPrefix(CheckIntentPath(r.dir, i, s.Check), r.dir+"/")
+		r.notBefore(rel, r.evFile, irel, r.file(irel))
+		if i < len(r.report.Checks) {
+			r.report.Checks[i].Verdict, r.report.Checks[i].Skipped = s.Verdict, s.Skipped
+		}
+		if s.Skipped {
+			skipped = true
+			if f := r.file(irel); f != nil && f.commit.index <= r.evFile.commit.index {
+				r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as skipped, but its intent is on the branch", s.Check))
+			}
+			continue
+		}
+		if s.Evidence == nil {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("check %s is neither skipped nor bound to its evidence", s.Check))
+			continue
+		}
+		if s.Evidence.Path != path.Join(r.dir, erel) {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("binds %s as the evidence of check %s", s.Evidence.Path, s.Check))
+		}
+		if f := r.bind(rel, s.Evidence.Path, s.Evidence.Digest); f != nil {
+			r.notBefore(rel, r.evFile, erel, f)
+		} else if r.file(erel) == nil {
+			r.add(RuleLifecycleOrder, rel, fmt.Sprintf("run evidence without the evidence of check %s", s.Check))
+		}
+		if ce := r.checks[i]; ce != nil && ce.Verdict != s.Verdict {
+			r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as %s, its evidence says %s", s.Check, s.Verdict, ce.Verdict))
+		}
+	}
+	cancel := r.file(CancelFile)
+	canceled := cancel != nil && cancel.commit.index <= r.evFile.commit.index
+	if ev.Canceled != canceled {
+		r.add(RuleVerdict, rel, fmt.Sprintf("canceled is %t, but a cancel document landed before it: %t", ev.Canceled, canceled))
+	}
+	if want := specs.RunVerdict(ev.Canceled, verdicts); ev.Verdict != want {
+		r.add(RuleVerdict, rel, fmt.Sprintf("run verdict %s, the checks imply %s", ev.Verdict, want))
+	}
+	for _, n := range ev.Nodes {
+		i := slices.IndexFunc(r.report.Nodes, func(x NodeReport) bool { return x.Node == n.Node })
+		if i < 0 {
+			r.add(RuleVerdict, rel, fmt.Sprintf("verdict for node %q, which is not a participant", n.Node))
+			continue
+		}
+		r.report.Nodes[i].Verdict = n.Verdict
+		if n.Verdict != specs.VerdictPass {
+			continue
+		}
+		ok := !skipped && len(ev.Checks) == len(prof)
+		for _, ce := range r.checks {
+			ok = ok && ce != nil && slices.ContainsFunc(ce.Participants, func(po ParticipantOutcome) bool {
+				return po.Node == n.Node && po.Verdict == specs.VerdictPass
+			})
+		}
+		if !ok {
+			r.add(RuleVerdict, rel, fmt.Sprintf("node %s recorded as Pass, but not every check covering it passed", n.Node))
+		}
+	}
+	if len(ev.Nodes) != len(r.adm.Participants) {
+		r.add(RuleVerdict, rel, fmt.Sprintf("%d node verdicts for %d participants", len(ev.Nodes), len(r.adm.Participants)))
+	}
+}
+
+func (r *runAudit) checkAction(rel, predicate, action string) {
+	f := r.file(rel)
+	if f == nil {
+		return
+	}
+	r.notBefore(rel, f, AdmissionFile, r.admFile)
+	var act Action
+	if !r.decode(rel, f, predicate, &act) || !r.sameRun(rel, act.Run, "") {
+		return
+	}
+	if act.Action != action {
+		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
+	}
+	if act.Request != r.adm.Request {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s/%s %s, the run admitted %s", act.Request.Kind, act.Request.Name, act.Request.Digest, r.adm.Request.Digest))
+	}
+	subject := signing.SubjectName(specs.KindRequest, r.id, action)
+	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})
+	approvals := r.approvals(rel, act.Approvals)
+	r.decided(rel, r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At))
+	switch action {
+	case signing.ActionCancel:
+		if rc := r.file(ReceiptFile); rc != nil && f.commit.index > rc.commit.index {
+			r.add(RuleLifecycleOrder, rel, "cancel landed after the run's receipt")
+		}
+	case signing.ActionRelease:
+		if r.evFile == nil {
+			r.add(RuleLifecycleOrder, rel, "release without run evidence")
+		}
+		r.notBefore(rel, f, EvidenceFile, r.evFile)
+		r.report.Released = true
+	}
+}
+
+func (r *runAudit) checkReceipt() {
+	const rel = ReceiptFile
+	r.rcFile = r.file(rel)
+	if r.rcFile == nil {
+		return
+	}
+	if r.evFile == nil {
+		r.add(RuleLifecycleOrder, rel, "receipt without run evidence")
+	}
+	r.notBefore(rel, r.rcFile, EvidenceFile, r.evFile)
+	var rc Receipt
+	if !r.decode(rel, r.rcFile, PredicateReceipt, &rc) || !r.sameRun(rel, rc.Run, rc.Cluster) {
+		return
+	}
+	r.receipt = &rc
+	r.report.Phase = PhaseDone
+	r.report.ReceiptSequence = rc.Sequence
+	evPath := path.Join(r.dir, EvidenceFile)
+	if rc.Evidence.Path != evPath {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("binds evidence %s, not %s", rc.Evidence.Path, evPath))
+	}
+	r.bind(rel, rc.Evidence.Path, rc.Evidence.Digest)
+	r.subjectsMatch(rel, r.rcFile, []signing.Subject{signing.SubjectFor(rc.Evidence.Path, rc.Evidence.Digest)})
+	if r.ev != nil {
+		if rc.Verdict != r.ev.Verdict {
+			r.add(RuleVerdict, rel, fmt.Sprintf("verdict %s, the run evidence says %s", rc.Verdict, r.ev.Verdict))
+		}
+		var pass, other []string
+		for _, n := range r.ev.Nodes {
+			if n.Verdict == specs.VerdictPass {
+				pass = append(pass, n.Node)
+			} else {
+				other = append(other, n.Node)
+			}
+		}
+		sort.Strings(pass)
+		sort.Strings(other)
+		if !slices.Equal(pass, sortedCopy(rc.Released)) || !slices.Equal(other, sortedCopy(rc.Retained)) {
+			r.add(RuleVerdict, rel, fmt.Sprintf("released %v and retained %v, but the Pass nodes are %v", rc.Released, rc.Retained, pass))
+		}
+	}
+	ec, ok := r.a.byHash[plumbing.NewHash(rc.EvidenceCommit)]
+	switch {
+	case !ok || len(rc.EvidenceCommit) != 40:
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %q is not a commit of the branch's first-parent history", rc.EvidenceCommit))
+	case r.evFile != nil && ec.index < r.evFile.commit.index:
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is before the commit where evidence.json landed (%s)", shortHash(rc.EvidenceCommit), shortHash(r.evFile.commit.hash.String())))
+	case ec.index > r.rcFile.commit.index:
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is after the receipt's own commit", shortHash(rc.EvidenceCommit)))
+	}
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	sort.Strings(c)
+	if c == nil {
+		c = []string{}
+	}
+	return c
+}
+
+func (r *runAudit) finish() {
+	for k := range r.signers {
+		r.report.Signers = append(r.report.Signers, k)
+	}
+	sort.Strings(r.report.Signers)
+	for k := range r.approver {
+		r.report.Approvers = append(r.report.Approvers, k)
+	}
+	sort.Strings(r.report.Approvers)
+	if r.report.Nodes == nil {
+		r.report.Nodes = []NodeReport{}
+	}
+}
+
+// checkIndex: every run has an index entry pointing at its directory, and
+// every index entry points at a run directory.
+func (a *auditor) checkIndex(runs map[string]*runAudit) {
+	byRun := map[string]*runAudit{}
+	for _, r := range runs {
+		if r.adm == nil {
+			continue
+		}
+		key := r.cluster + "/" + r.id
+		if o := byRun[key]; o != nil {
+			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: r.dir, Message: fmt.Sprintf("run ID used twice in cluster %s: also %s", r.cluster, o.dir)})
+		}
+		byRun[key] = r
+	}
+	var paths []string
+	for p, f := range a.files {
+		if strings.HasPrefix(p, "ids/") && f.data != nil {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	pointed := map[string]bool{}
+	for _, p := range paths {
+		parts := strings.Split(p, "/")
+		f := a.files[p]
+		fail := func(msg string) {
+			a.add(Finding{Rule: RuleIndex, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: msg})
+		}
+		if len(parts) != 4 {
+			fail("not ids/<cluster>/<xx>/<run>")
+			continue
+		}
+		cluster, shard, run := parts[1], parts[2], parts[3]
+		if shard != Shard(run) {
+			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", shard, run, Shard(run)))
+		}
+		dir := strings.TrimSuffix(string(f.data), "\n")
+		r := runs[dir]
+		switch {
+		case string(f.data) != dir+"\n" || strings.ContainsAny(dir, "\n\r"):
+			fail("content is not one run directory and a newline")
+		case r == nil || r.adm == nil:
+			fail(fmt.Sprintf("points at %s, which is not an admitted run directory", dir))
+		case r.cluster != cluster || r.id != run:
+			fail(fmt.Sprintf("points at %s, the directory of run %s of cluster %s", dir, r.id, r.cluster))
+		default:
+			pointed[dir] = true
+			if f.commit.index > r.admFile.commit.index {
+				fail("index entry landed after the run's admission")
+			}
+		}
+	}
+	for _, r := range runs {
+		if r.adm != nil && !pointed[r.dir] {
+			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: IndexPath(r.cluster, r.id), Message: fmt.Sprintf("no index entry points at %s", r.dir)})
+		}
+	}
+}
+
+// checkCopies: no signed document of one run is byte for byte a document
+// of another run.
+func (a *auditor) checkCopies() {
+	first := map[plumbing.Hash]string{}
+	var paths []string
+	for p, f := range a.files {
+		if f.doc != nil && f.doc.kind == kindDocument {
+			paths = append(paths, p)
+		}
+	}
+	// Oldest first, so the copy is the one reported.
+	sort.Slice(paths, func(i, j int) bool {
+		fi, fj := a.files[paths[i]], a.files[paths[j]]
+		if fi.commit.index != fj.commit.index {
+			return fi.commit.index < fj.commit.index
+		}
+		return paths[i] < paths[j]
+	})
+	for _, p := range paths {
+		f := a.files[p]
+		if o, ok := first[f.blob]; ok && runDirOf(o) != runDirOf(p) {
+			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(),
+				Message: fmt.Sprintf("byte for byte the document %s of another run", o)})
+			continue
+		}
+		first[f.blob] = p
+	}
+}
+
+func runDirOf(p string) string {
+	parts := strings.Split(p, "/")
+	if len(parts) < 7 {
+		return p
+	}
+	return strings.Join(parts[:7], "/")
+}
+
+var chainNameRE = regexp.MustCompile(`^[0-9]{12}$`)
+
+// checkChains audits every cluster's receipt chain: links 1..N without a
+// gap, one receipt per sequence number, each linking the one before.
+func (a *auditor) checkChains() {
+	type link struct {
+		seq  int64
+		path string
+		f    *fileRec
+		l    ChainLink
+	}
+	links := map[string]map[int64]*link{}
+	for p, f := range a.files {
+		if !strings.HasPrefix(p, "chain/") || f.data == nil {
+			continue
+		}
+		fail := func(msg string) {
+			a.add(Finding{Rule: RuleReceiptChain, Path: p, Commit: f.commit.hash.String(), Message: msg})
+		}
+		parts := strings.Split(p, "/")
+		if len(parts) != 4 || !chainNameRE.MatchString(parts[3]) {
+			fail("not chain/<cluster>/<bucket>/<12-digit sequence>")
+			continue
+		}
+		seq, _ := strconv.ParseInt(parts[3], 10, 64)
+		if ChainPath(parts[1], seq) != p || seq < 1 {
+			fail(fmt.Sprintf("sequence %d belongs at %s", seq, ChainPath(parts[1], seq)))
+			continue
+		}
+		var l ChainLink
+		dec := json.NewDecoder(bytes.NewReader(f.data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			fail("link does not decode: " + err.Error())
+			continue
+		}
+		if links[parts[1]] == nil {
+			links[parts[1]] = map[int64]*link{}
+		}
+		links[parts[1]][seq] = &link{seq: seq, path: p, f: f, l: l}
+	}
+	receipts := map[string][]*runAudit{}
+	for _, r := range a.runs {
+		if r.receipt != nil {
+			receipts[r.cluster] = append(receipts[r.cluster], r)
+		}
+	}
+	clusters := map[string]bool{}
+	for c := range links {
+		clusters[c] = true
+	}
+	for c := range receipts {
+		clusters[c] = true
+	}
+	var names []string
+	for c := range clusters {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, c := range names {
+		ls := links[c]
+		var seqs []int64
+		for s := range ls {
+			seqs = append(seqs, s)
+		}
+		slices.Sort(seqs)
+		var max int64
+		if len(seqs) > 0 {
+			max = seqs[len(seqs)-1]
+		}
+		for s := int64(1); s <= max; s++ {
+			if ls[s] == nil {
+				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Path: ChainPath(c, s), Message: fmt.Sprintf("gap: no link for sequence %d of cluster %s (the chain runs to %d)", s, c, max)})
+			}
+		}
+		linked := map[string]int64{} // receipt path → sequence
+		for _, s := range seqs {
+			l := ls[s]
+			fail := func(msg string) {
+				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: l.l.Run, Path: l.path, Commit: l.f.commit.hash.String(), Message: msg})
+			}
+			rf := a.files[l.l.Receipt.Path]
+			switch {
+			case path.Base(l.l.Receipt.Path) != ReceiptFile || runOfPath(l.l.Receipt.Path) != l.l.Run || !strings.HasPrefix(l.l.Receipt.Path, "runs/"+c+"/"):
+				fail(fmt.Sprintf("links %s, not the receipt of run %s of cluster %s", l.l.Receipt.Path, l.l.Run, c))
+				continue
+			case rf == nil:
+				fail(fmt.Sprintf("links %s, which is not on the branch", l.l.Receipt.Path))
+				continue
+			case rf.digest != l.l.Receipt.Digest:
+				fail(fmt.Sprintf("links %s by %s, but its digest is %s", l.l.Receipt.Path, l.l.Receipt.Digest, rf.digest))
+			}
+			if prev := ls[s-1]; prev != nil && l.f.commit.index < prev.f.commit.index {
+				fail(fmt.Sprintf("link %d landed before link %d", s, s-1))
+			}
+			linked[l.l.Receipt.Path] = s
+		}
+		bySeq := map[int64][]*runAudit{}
+		byPrev := map[string][]*runAudit{}
+		for _, r := range receipts[c] {
+			rc := r.receipt
+			rp := path.Join(r.dir, ReceiptFile)
+			fail := func(msg string) {
+				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: r.id, Path: rp, Commit: r.rcFile.commit.hash.String(), Message: msg})
+			}
+			bySeq[rc.Sequence] = append(bySeq[rc.Sequence], r)
+			if s, ok := linked[rp]; !ok {
+				fail(fmt.Sprintf("receipt with sequence %d is not linked into the chain of cluster %s", rc.Sequence, c))
+			} else if s != rc.Sequence {
+				fail(fmt.Sprintf("linked as sequence %d, but the receipt claims sequence %d", s, rc.Sequence))
+			}
+			switch {
+			case rc.Sequence < 1:
+				fail(fmt.Sprintf("sequence %d: sequences start at 1", rc.Sequence))
+			case rc.Sequence == 1 && rc.Previous != nil:
+				fail("the first receipt of the chain names a previous receipt")
+			case rc.Sequence > 1 && rc.Previous == nil:
+				fail(fmt.Sprintf("sequence %d without the previous receipt's digest", rc.Sequence))
+			case rc.Sequence > 1:
+				byPrev[string(rc.Previous.Digest)] = append(byPrev[string(rc.Previous.Digest)], r)
+				prev := ls[rc.Sequence-1]
+				if prev == nil {
+					fail(fmt.Sprintf("previous receipt (sequence %d) is not linked", rc.Sequence-1))
+					break
+				}
+				pf := a.files[prev.l.Receipt.Path]
+				if rc.Previous.Path != prev.l.Receipt.Path || pf == nil || pf.digest != rc.Previous.Digest {
+					fail(fmt.Sprintf("previous is %s %s, but sequence %d is %s", rc.Previous.Path, rc.Previous.Digest, rc.Sequence-1, prev.l.Receipt.Path))
+				} else if r.rcFile.commit.index < pf.commit.index {
+					fail(fmt.Sprintf("landed before the previous receipt %s", prev.l.Receipt.Path))
+				}
+			}
+		}
+		for _, group := range []map[string][]*runAudit{byPrev, seqGroups(bySeq)} {
+			var keys []string
+			for k := range group {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				rs := group[k]
+				if len(rs) < 2 {
+					continue
+				}
+				var ids []string
+				for _, r := range rs {
+					ids = append(ids, r.id)
+				}
+				sort.Strings(ids)
+				for _, r := range rs {
+					a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: r.id, Path: path.Join(r.dir, ReceiptFile), Commit: r.rcFile.commit.hash.String(),
+						Message: fmt.Sprintf("fork: receipts of runs %s claim the same %s", strings.Join(ids, ", "), k)})
+				}
+			}
+		}
+	}
+}
+
+func seqGroups(m map[int64][]*runAudit) map[string][]*runAudit {
+	out := map[string][]*runAudit{}
+	for s, rs := range m {
+		out[fmt.Sprintf("sequence %d", s)] = rs
+	}
+	return out
+}
+
+// checkSince: the branch must descend from the pinned commit.
+func (a *auditor) checkSince() {
+	if a.opts.Since == "" {
+		return
+	}
+	var h plumbing.Hash
+	if len(a.opts.Since) == 40 && plumbing.IsHash(a.opts.Since) {
+		h = plumbing.NewHash(a.opts.Since)
+	} else if rh, err := a.rd.repo.ResolveRevision(plumbing.Revision(a.opts.Since)); err == nil {
+		h = *rh
+	} else {
+		a.add(Finding{Rule: RuleHistoryRewritten, Commit: a.opts.Since, Message: fmt.Sprintf("pinned revision %q is not in the repository: the branch was rewritten, or the pin is not a commit of it", a.opts.Since)})
+		return
+	}
+	if _, ok := a.byHash[h]; ok {
+		return
+	}
+	msg := fmt.Sprintf("branch %s at %s does not descend from the pinned commit %s: its history was rewritten", a.rd.branch, shortHash(a.rd.tip.String()), shortHash(h.String()))
+	if a.rd.st.HasEncodedObject(h) != nil {
+		msg += " (the pinned commit is not even in the repository any more)"
+	}
+	a.add(Finding{Rule: RuleHistoryRewritten, Commit: h.String(), Message: msg})
+}
+
+// report assembles the audit's report, findings sorted by run and path.
+func (a *auditor) report() *AuditReport {
+	rep := &AuditReport{Repo: a.rd.display, Branch: a.rd.branch, Tip: a.rd.tip.String(), Since: a.opts.Since,
+		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files), Documents: a.docs,
+		Runs: []RunReport{}, Findings: dedupe(a.findings)}
+	byRun := map[string][]Finding{}
+	for _, f := range rep.Findings {
+		if f.Run != "" {
+			byRun[f.Run] = append(byRun[f.Run], f)
+		}
+	}
+	for _, r := range a.runs {
+		r.report.Findings = byRun[r.id]
+		rep.Runs = append(rep.Runs, r.report)
+	}
+	sort.SliceStable(rep.Runs, func(i, j int) bool {
+		if !rep.Runs[i].AdmittedAt.Equal(rep.Runs[j].AdmittedAt) {
+			return rep.Runs[i].AdmittedAt.Before(rep.Runs[j].AdmittedAt)
+		}
+		return rep.Runs[i].Dir < rep.Runs[j].Dir
+	})
+	return rep
+}
+
+func dedupe(fs []Finding) []Finding {
+	seen := map[Finding]bool{}
+	out := []Finding{}
+	for _, f := range fs {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Run != out[j].Run {
+			return out[i].Run < out[j].Run
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out
+}
+
+var _ = errors.New

@@ -762,4 +762,3 @@ func verifyCommit(raw []byte, p *signing.TrustPolicy, signers []*signing.PublicK
 	}
 	return id, nil
 }
-

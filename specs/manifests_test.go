@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -346,6 +347,33 @@ func TestLoadDocumentsRefuses(t *testing.T) {
 			assert.Equal(t, wantFile, me.File)
 			assert.Contains(t, me.Entry, tt.wantEntry)
 			assert.Contains(t, err.Error(), wantFile)
+		})
+	}
+}
+
+// TestLoadDocumentsOversizeBoundedMemory asserts that a 20 MB spec file,
+// plain or named by a kustomization, is refused without being read: the
+// bytes allocated stay far below its size.
+func TestLoadDocumentsOversizeBoundedMemory(t *testing.T) {
+	for name, kustomization := range map[string]string{"plain": "", "kustomize": "resources: [big.yaml]\n"} {
+		t.Run(name, func(t *testing.T) {
+			d := t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(d, "spec"), 0o755))
+			f, err := os.Create(filepath.Join(d, "spec", "big.yaml"))
+			require.NoError(t, err)
+			require.NoError(t, f.Truncate(20<<20))
+			require.NoError(t, f.Close())
+			if kustomization != "" {
+				require.NoError(t, os.WriteFile(filepath.Join(d, "spec", "kustomization.yaml"), []byte(kustomization), 0o644))
+			}
+			fsys := os.DirFS(d)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err = LoadDocuments(fsys, "spec")
+			runtime.ReadMemStats(&after)
+			require.ErrorIs(t, err, ErrSpecFileTooBig)
+			assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated while refusing a 20 MB file")
 		})
 	}
 }

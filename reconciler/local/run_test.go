@@ -389,9 +389,11 @@ func TestRunLogTails(t *testing.T) {
 // TestRunAsUnprivilegedUser runs checks as nobody, as the daemon does when
 // it runs as root: the check is uid/gid 65534 with no supplementary group,
 // owns its working directory and result file, and cannot read a file that
-// only root may read even when every directory above it is open.
+// only root may read even when every directory above it is open, nor
+// signet's own environment through /proc.
 func TestRunAsUnprivilegedUser(t *testing.T) {
 	require.Equal(t, 0, os.Geteuid(), "this test needs root, as the daemon's local backend does")
+	t.Setenv("SIGNET_SECRET_TEST", "must-not-leak")
 	nobody, err := LookupUser("nobody")
 	require.NoError(t, err)
 	require.Equal(t, &User{UID: 65534, GID: 65534, Name: "nobody"}, nobody)
@@ -403,6 +405,7 @@ func TestRunAsUnprivilegedUser(t *testing.T) {
 
 	req := request(t, `echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
 if cat `+key+` >/dev/null 2>&1; then echo key=readable; else echo key=denied; fi
+if tr '\0' '\n' < /proc/$PPID/environ 2>/dev/null | grep -q SIGNET_SECRET_TEST; then echo parentenv=readable; else echo parentenv=denied; fi
 echo "home=$(stat -c '%u %a' "$HOME")"
 result Pass; echo "result=$(stat -c '%u' "$SIGNET_RESULT_FILE")"; exit 0`)
 	openWorkRoot(t, req.WorkRoot)
@@ -412,6 +415,7 @@ result Pass; echo "result=$(stat -c '%u' "$SIGNET_RESULT_FILE")"; exit 0`)
 	out := string(rep.Stdout)
 	assert.Contains(t, out, "uid=65534 gid=65534 groups=65534\n")
 	assert.Contains(t, out, "key=denied\n")
+	assert.Contains(t, out, "parentenv=denied\n", "the check read signet's own environment")
 	assert.NotContains(t, out, "PRIVATE KEY")
 	assert.Contains(t, out, "home=65534 700\n")
 	assert.Contains(t, out, "result=65534\n")

@@ -15,8 +15,10 @@
 //   - let a check outlive its deadline, its cancel or its own exit: the
 //     whole process group gets SIGTERM, the grace period, then SIGKILL, and
 //     no process of the group is left alive when Run returns;
-//   - follow a symlink or open anything but a regular file as the result,
-//     or read more than specs.MaxResultBytes+1 bytes of it;
+//   - read as the result anything but a regular file with one link, owned
+//     by the check's user, named directly (no symlink) in the check's own
+//     directory, or more than specs.MaxResultBytes+1 bytes of it: signet
+//     never reads a file on a check's behalf;
 //   - keep more than the last MaxLogBytes of stdout and of stderr, or wait
 //     unboundedly for a pipe that a stray process holds open.
 //

@@ -129,6 +129,8 @@ func TestRunMatrix(t *testing.T) {
 			}},
 		{name: "result file is a symlink", body: `ln -s /etc/hostname "$SIGNET_RESULT_FILE"; exit 0`, want: specs.VerdictError, wantReason: "result refused: result file is a symlink",
 			check: func(t *testing.T, rep *Report, _ time.Duration) { assert.Nil(t, rep.Result) }},
+		{name: "result file is a hard link", body: `ln /etc/hostname "$SIGNET_RESULT_FILE"; exit 0`, want: specs.VerdictError, wantReason: "result file has 2 links, not 1",
+			check: func(t *testing.T, rep *Report, _ time.Duration) { assert.Nil(t, rep.Result) }},
 		{name: "result file is a fifo", body: `mkfifo "$SIGNET_RESULT_FILE"; exit 0`, want: specs.VerdictError, wantReason: "not a regular file"},
 		{name: "result file is a directory", body: `mkdir "$SIGNET_RESULT_FILE"; exit 0`, want: specs.VerdictError, wantReason: "not a regular file"},
 		{

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -22,6 +23,8 @@ type workspace struct {
 	// workFD is work opened once before the check starts, so that the result
 	// is read from this directory whatever the check renames.
 	workFD int
+	// owner is the uid the result file must belong to: the check's.
+	owner uint32
 }
 
 func newWorkspace(req Request) (ws *workspace, err error) {
@@ -33,7 +36,10 @@ func newWorkspace(req Request) (ws *workspace, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ws = &workspace{top: top, work: filepath.Join(top, "work"), workFD: -1}
+	ws = &workspace{top: top, work: filepath.Join(top, "work"), workFD: -1, owner: uint32(os.Geteuid())}
+	if req.User != nil {
+		ws.owner = req.User.UID
+	}
 	defer func() {
 		if err != nil {
 			_ = ws.remove()
@@ -73,7 +79,9 @@ func newWorkspace(req Request) (ws *workspace, err error) {
 
 // readResult reads the result file with a bound. It returns nil, "" when
 // there is none, and a reason when the file is refused: a symlink, not a
-// regular file, or unreadable.
+// regular file, a file with other links or another owner than the check (a
+// hard link to a file only signet may read would otherwise have signet read
+// it on the check's behalf), or unreadable.
 func (ws *workspace) readResult() (result []byte, refused string) {
 	fd, err := unix.Openat(ws.workFD, resultFileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	switch {
@@ -92,6 +100,16 @@ func (ws *workspace) readResult() (result []byte, refused string) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, "result file is not a regular file (" + fi.Mode().Type().String() + ")"
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, "result file: no owner and link count"
+	}
+	if st.Nlink != 1 {
+		return nil, fmt.Sprintf("result file has %d links, not 1", st.Nlink)
+	}
+	if st.Uid != ws.owner {
+		return nil, fmt.Sprintf("result file is owned by uid %d, not the check's uid %d", st.Uid, ws.owner)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, specs.MaxResultBytes+1))
 	if err != nil {

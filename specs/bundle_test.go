@@ -345,3 +345,40 @@ func TestExampleBundlePins(t *testing.T) {
 	}
 	assert.Equal(t, 3, pins, "example profiles with a bundle")
 }
+
+// FuzzBundleDigest builds bundles from fuzzed names and checks that every
+// accepted bundle's digest is the sha256 of its sha256sum listing, sorted
+// bytewise, and that no accepted name is one sha256sum would escape.
+func FuzzBundleDigest(f *testing.F) {
+	f.Add("run.sh", "lib/x y.sh", []byte("echo\n"))
+	f.Add("a-b", "a/b", []byte(""))
+	f.Add("é", "日本/x", []byte("x"))
+	f.Add(`a\b`, "-x", []byte("x"))
+	f.Fuzz(func(t *testing.T, name1, name2 string, data []byte) {
+		m := fstest.MapFS{}
+		for _, n := range []string{name1, name2} {
+			if fs.ValidPath("b/"+n) && n != "." {
+				m["b/"+n] = &fstest.MapFile{Data: data}
+			}
+		}
+		if len(m) == 0 {
+			return
+		}
+		d, files, err := BundleDigest(m, "b")
+		if err != nil {
+			var be *BundleError
+			require.True(t, errors.As(err, &be), "error %v is not a *BundleError", err)
+			return
+		}
+		var listing strings.Builder
+		for i, f := range files {
+			if i > 0 {
+				require.Less(t, files[i-1].Path, f.Path)
+			}
+			require.False(t, strings.ContainsAny(f.Path, "\\\n\r"), "accepted %q", f.Path)
+			require.False(t, strings.HasPrefix(f.Path, "-"), "accepted %q", f.Path)
+			fmt.Fprintf(&listing, "%s  %s\n", f.Digest.Hex(), f.Path)
+		}
+		require.Equal(t, DigestOf([]byte(listing.String())), d)
+	})
+}

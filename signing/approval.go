@@ -314,6 +314,29 @@ func (p *TrustPolicy) ThresholdFor(subject string) (int, error) {
 // now. Each key counts once however many approvals or signatures it made.
 // The decision never fails: problems become Reasons.
 func (p *TrustPolicy) Decide(subject string, d specs.Digest, approvals []*Approval, cluster string, now time.Time) Decision {
+	var naming []*Approval
+	for _, a := range approvals {
+		if _, ok := a.subjects[subject]; ok {
+			naming = append(naming, a)
+		}
+	}
+	return p.decide(subject, d, naming, cluster, now)
+}
+
+// indexApprovals maps each subject name to the approvals naming it, in
+// order.
+func indexApprovals(approvals []*Approval) map[string][]*Approval {
+	idx := map[string][]*Approval{}
+	for _, a := range approvals {
+		for s := range a.subjects {
+			idx[s] = append(idx[s], a)
+		}
+	}
+	return idx
+}
+
+// decide is Decide over approvals that all name subject.
+func (p *TrustPolicy) decide(subject string, d specs.Digest, approvals []*Approval, cluster string, now time.Time) Decision {
 	dec := Decision{Subject: subject, Digest: d, Keys: []string{}}
 	th, err := p.ThresholdFor(subject)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 const benchObjects = 1000
 
 // BenchmarkVerifyApprovals1000 parses 1,000 approval envelopes (one per
-// object, one ECDSA P-256 signature each) and decides all 1,000 objects:
-// what a reconcile pays. Compare with BenchmarkRawVerify1000.
+// object, one ECDSA P-256 signature each) and decides all 1,000 objects of
+// a rendering (DecideRendering): what a reconcile pays. Compare with BenchmarkRawVerify1000.
 func BenchmarkVerifyApprovals1000(b *testing.B) {
 	alice := testKey(b, "a", AlgorithmECDSAP256)
 	p := testPolicy(b, []*PrivateKey{alice}, nil, nil)
@@ -27,13 +27,16 @@ func BenchmarkVerifyApprovals1000(b *testing.B) {
 		raw     []byte
 	}
 	objs := make([]obj, benchObjects)
+	r := &specs.Rendering{}
 	for i := range objs {
 		o := &objs[i]
-		o.subject = fmt.Sprintf("CertificationRequest/r-%d", i)
+		name := fmt.Sprintf("r-%d", i)
+		o.subject = SubjectName(specs.KindRequest, name, "")
 		o.digest = digestOf(o.subject)
 		env, err := SignApproval([]Subject{SubjectFor(o.subject, o.digest)}, ApprovalPredicate{}, alice)
 		require.NoError(b, err)
 		o.raw = env
+		r.Objects = append(r.Objects, &specs.Object{Kind: specs.KindRequest, Name: name, Digest: o.digest})
 	}
 	b.ResetTimer()
 	for b.Loop() {
@@ -45,8 +48,8 @@ func BenchmarkVerifyApprovals1000(b *testing.B) {
 			}
 			as = append(as, a)
 		}
-		for _, o := range objs {
-			if d := p.Decide(o.subject, o.digest, as, "c", testNow); !d.Approved {
+		for _, d := range p.DecideRendering(r, as, "c", testNow) {
+			if !d.Approved {
 				b.Fatal(d.Reasons)
 			}
 		}

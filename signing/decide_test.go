@@ -281,3 +281,31 @@ func flipSignature(t *testing.T, a *Approval) *Approval {
 	require.NoError(t, err)
 	return out
 }
+
+// DecideRendering decides every object and requested action exactly as
+// Decide does one by one.
+func TestDecideRendering(t *testing.T) {
+	alice := testKey(t, "a", AlgorithmECDSAP256)
+	p := testPolicy(t, []*PrivateKey{alice}, nil, nil)
+	prof := &specs.Object{Kind: specs.KindProfile, Name: "p", Digest: digestOf("p"), Profile: &specs.CertificationProfile{}}
+	req := &specs.Object{Kind: specs.KindRequest, Name: "r", Digest: digestOf("r"),
+		Request: &specs.CertificationRequest{Spec: specs.RequestSpec{Profile: "p", Cancel: true, Release: true}}}
+	r := &specs.Rendering{Objects: []*specs.Object{prof, req}}
+	as := []*Approval{
+		approval(t, []Subject{SubjectFor("CertificationProfile/p", prof.Digest), SubjectFor("CertificationRequest/r#cancel", req.Digest)}, ApprovalPredicate{}, alice),
+		approval(t, []Subject{SubjectFor("CertificationRequest/r", digestOf("old"))}, ApprovalPredicate{}, alice),
+	}
+	got := p.DecideRendering(r, as, "c", testNow)
+	want := []string{"CertificationProfile/p", "CertificationRequest/r", "CertificationRequest/r#cancel", "CertificationRequest/r#release"}
+	require.Len(t, got, len(want))
+	for i, d := range got {
+		assert.Equal(t, want[i], d.Subject)
+		one := p.Decide(want[i], d.Digest, as, "c", testNow)
+		assert.Equal(t, one.Approved, d.Approved, d.Subject)
+		assert.Equal(t, one.Reasons, d.Reasons, d.Subject)
+	}
+	assert.True(t, got[0].Approved)
+	assert.False(t, got[1].Approved)
+	assert.True(t, got[2].Approved)
+	assert.False(t, got[3].Approved)
+}

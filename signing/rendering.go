@@ -15,14 +15,13 @@ import (
 // "CertificationRequest/<name>#cancel" / "#release" with the request's
 // digest), in r's object order with each action right after its request.
 func (p *TrustPolicy) DecideRendering(r *specs.Rendering, approvals []*Approval, cluster string, now time.Time) []Decision {
-	var out []Decision
+	idx := indexApprovals(approvals)
+	out := make([]Decision, 0, len(r.Objects))
 	for _, o := range r.Objects {
-		out = append(out, p.Decide(o.Ref(), o.Digest, approvals, cluster, now))
-		if o.Request == nil {
-			continue
-		}
+		out = append(out, p.decide(o.Ref(), o.Digest, idx[o.Ref()], cluster, now))
 		for _, a := range RequestedActions(o) {
-			out = append(out, p.Decide(SubjectName(o.Kind, o.Name, a), o.Digest, approvals, cluster, now))
+			s := SubjectName(o.Kind, o.Name, a)
+			out = append(out, p.decide(s, o.Digest, idx[s], cluster, now))
 		}
 	}
 	return out

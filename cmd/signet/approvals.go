@@ -141,13 +141,12 @@ func decideApprovals(r *specs.Rendering, fsys fs.FS, dir string, p *signing.Trus
 	for _, a := range approvals {
 		rep.Approvals = append(rep.Approvals, approvalFileInfo{File: a.Path, Subjects: a.Subjects(), Clusters: a.Clusters, Expires: a.Predicate.Expires, SignedAt: a.Predicate.SignedAt})
 	}
+	// DecideRendering returns each object's decision followed by those of
+	// the actions it asks for.
+	decisions := p.DecideRendering(r, approvals, cluster, now)
 	for _, obj := range r.Objects {
-		subjects := []string{obj.Ref()}
-		for _, act := range signing.RequestedActions(obj) {
-			subjects = append(subjects, signing.SubjectName(obj.Kind, obj.Name, act))
-		}
-		for _, s := range subjects {
-			d := p.Decide(s, obj.Digest, approvals, cluster, now)
+		n := 1 + len(signing.RequestedActions(obj))
+		for _, d := range decisions[:n] {
 			oa := objectApproval{Decision: d, Source: obj.Source}
 			for _, a := range d.Relied {
 				oa.ReliedOn = append(oa.ReliedOn, a.Path)
@@ -159,6 +158,7 @@ func decideApprovals(r *specs.Rendering, fsys fs.FS, dir string, p *signing.Trus
 			}
 			rep.Objects = append(rep.Objects, oa)
 		}
+		decisions = decisions[n:]
 	}
 	return rep
 }

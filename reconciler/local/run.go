@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,6 +241,10 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	if req.User != nil {
 		attr.Credential = &syscall.Credential{Uid: req.User.UID, Gid: req.User.GID, Groups: []uint32{}}
 	}
+	// The kernel sends Pdeathsig when the thread that forked exits, not the
+	// process: keep this goroutine on that thread until the check is over.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var cmd *exec.Cmd
 	for attempt := 0; ; attempt++ {
 		cmd = &exec.Cmd{

@@ -149,3 +149,19 @@ func TestDiff(t *testing.T) {
 	_, _, code = runSigningCLI(t, "diff", "HEAD")
 	assert.Equal(t, 2, code)
 }
+
+// A symlink in HEAD's tree is never followed: it is a finding (exit 1).
+func TestDiffRefusesSymlink(t *testing.T) {
+	repo := copySpecRepo(t)
+	gittest.Git(t, repo, "init", "--quiet", "-b", "main")
+	gittest.Git(t, repo, "add", "-A")
+	gittest.Git(t, repo, "commit", "--quiet", "--no-gpg-sign", "-m", "base")
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(repo, "profiles", "evil.yaml")))
+	editFile(t, filepath.Join(repo, "profiles", "kustomization.yaml"), "resources:\n", "resources:\n- evil.yaml\n")
+	gittest.Git(t, repo, "add", "-A")
+	gittest.Git(t, repo, "commit", "--quiet", "--no-gpg-sign", "-m", "symlink")
+	rep, code := diffJSON(t, "HEAD~1", "HEAD", "--repo", repo)
+	assert.Equal(t, exitDiffFindings, code)
+	require.NotEmpty(t, rep.Findings)
+	assert.Contains(t, rep.Findings[0].String(), "symlink")
+}

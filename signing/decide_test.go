@@ -148,6 +148,13 @@ func TestDecideTamper(t *testing.T) {
 			reason: "bad signature",
 		},
 		{
+			name: "signature over another payload type", policy: policy1, subject: req, digest: reqD, cluster: "east",
+			approvals: func(t *testing.T) []*Approval {
+				return []*Approval{signedOverPayloadType(t, "application/json", subj(req, reqD), alice)}
+			},
+			reason: "bad signature",
+		},
+		{
 			name: "statement whose subject names another object with the right digest", policy: policy1, subject: prof, digest: profD, cluster: "east",
 			approvals: func(t *testing.T) []*Approval {
 				return []*Approval{approval(t, subj("CertificationProfile/other", profD), ApprovalPredicate{}, alice)}
@@ -308,4 +315,26 @@ func TestDecideRendering(t *testing.T) {
 	assert.False(t, got[1].Approved)
 	assert.True(t, got[2].Approved)
 	assert.False(t, got[3].Approved)
+}
+
+// signedOverPayloadType returns an approval whose signature was made over
+// the PAE of payloadType while the envelope claims the in-toto type.
+func signedOverPayloadType(t *testing.T, payloadType string, subjects []Subject, k *PrivateKey) *Approval {
+	t.Helper()
+	st, err := NewApprovalStatement(subjects, ApprovalPredicate{SignedAt: testNow.Format(time.RFC3339)})
+	require.NoError(t, err)
+	payload, err := json.Marshal(st)
+	require.NoError(t, err)
+	raw, err := signPayload(payloadType, payload, k)
+	require.NoError(t, err)
+	_, err = ParseApproval("approvals/other-type.json", raw)
+	require.ErrorContains(t, err, `payloadType "`+payloadType+`" is not "application/vnd.in-toto+json"`)
+	env, err := ParseEnvelope(raw)
+	require.NoError(t, err)
+	env.PayloadType = PayloadType
+	b, err := json.Marshal(env)
+	require.NoError(t, err)
+	a, err := ParseApproval("approvals/other-type.json", b)
+	require.NoError(t, err)
+	return a
 }

@@ -13,14 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -238,32 +235,7 @@ func openBranch(ctx context.Context, repo string, auth Auth, branch string) (*br
 		return nil, errors.New("evidence: no repository given")
 	}
 	if isRemoteURL(repo) {
-		rm, err := newRemote(repo, auth)
-		if err != nil {
-			return nil, err
-		}
-		dir, err := os.MkdirTemp("", "signet-audit-*.git")
-		if err != nil {
-			return nil, fmt.Errorf("evidence: could not create a temporary repository: %w", err)
-		}
-		cleanup := func() { os.RemoveAll(dir) }
-		st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(64*cache.MiByte), filesystem.Options{KeepDescriptors: true})
-		r, err := git.Init(st, nil)
-		if err != nil {
-			cleanup()
-			return nil, fmt.Errorf("evidence: init %s: %w", dir, err)
-		}
-		tip, err := rm.fetch(ctx, st, ref, nil)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		if tip.IsZero() {
-			cleanup()
-			return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, rm.display, branch)
-		}
-		return &branchReader{st: st, display: rm.display, branch: branch, tip: tip, repo: r,
-			cleanup: func() { st.Close(); cleanup() }}, nil
+		return fetchBranch(ctx, repo, auth, ref)
 	}
 	r, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
@@ -321,6 +293,9 @@ type fileRec struct {
 	path   string
 	blob   plumbing.Hash
 	commit *commitInfo
+	// landed is the commit where the path first appeared: lifecycle
+	// order is judged by it, whatever later commits did to the file.
+	landed *commitInfo
 	digest specs.Digest
 	data   []byte // node snapshots, index entries and chain links only
 	doc    *docRec
@@ -354,8 +329,17 @@ func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
 // that each commit only adds files, and reads every added file once,
 // handing signed documents to the verification pool.
 func (a *auditor) walk(ctx context.Context) error {
+	if err := a.history(ctx, ""); err != nil {
+		return err
+	}
+	return a.replay(ctx, "")
+}
+
+// history reads the first-parent history from the tip back to the root,
+// or, with dir set, back to the last commit holding dir, recording dir's
+// tree in each commit (commitInfo.tree). It stores it oldest first.
+func (a *auditor) history(ctx context.Context, dir string) error {
 	var chain []*commitInfo
-	var parentsOf = map[plumbing.Hash]int{}
 	for h := a.rd.tip; !h.IsZero(); {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -371,10 +355,16 @@ func (a *auditor) walk(ctx context.Context) error {
 		if err := c.Decode(mo); err != nil {
 			return fmt.Errorf("evidence: could not decode commit %s: %w", h, err)
 		}
-		ci := &commitInfo{hash: h, tree: c.TreeHash, when: c.Committer.When}
-		ci.sigErr = &sigResult{raw: raw}
-		chain = append(chain, ci)
-		parentsOf[h] = len(c.ParentHashes)
+		tree := c.TreeHash
+		if dir != "" {
+			if tree, err = lookupTree(a.rd.st, c.TreeHash, dir); err != nil {
+				return err
+			}
+			if tree.IsZero() {
+				break
+			}
+		}
+		chain = append(chain, &commitInfo{hash: h, tree: tree, when: c.Committer.When, sigErr: &sigResult{raw: raw}})
 		if len(c.ParentHashes) > 1 {
 			a.add(Finding{Rule: RuleLinearHistory, Commit: h.String(),
 				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.ParentHashes))})
@@ -390,30 +380,71 @@ func (a *auditor) walk(ctx context.Context) error {
 		a.byHash[c.hash] = c
 	}
 	a.commits = chain
+	return nil
+}
 
+// replay diffs each commit's tree (of dir) against its parent's, reading
+// only what changed, and verifies commit and document signatures on the
+// pool.
+func (a *auditor) replay(ctx context.Context, dir string) error {
 	a.pool = newVerifyPool(a.policy, a.opts.Workers)
 	defer a.pool.close()
 	// Commit signatures are checked on the pool too.
-	for _, c := range chain {
+	for _, c := range a.commits {
 		a.pool.submitCommit(c)
 	}
 	prev := plumbing.ZeroHash
-	for _, c := range chain {
+	for _, c := range a.commits {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := a.diff(c, "", prev, c.tree); err != nil {
+		if err := a.diff(c, dir, prev, c.tree); err != nil {
 			return err
 		}
 		prev = c.tree
 	}
 	a.pool.wait()
-	for _, c := range chain {
+	for _, c := range a.commits {
 		if r := c.sigErr; r.err != nil {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: r.err.Error()})
 		}
 	}
 	return nil
+}
+
+// lookupTree returns the hash of the directory p under root, zero when
+// there is none (or p is a file).
+func lookupTree(st storer.EncodedObjectStorer, root plumbing.Hash, p string) (plumbing.Hash, error) {
+	e, err := lookupEntry(st, root, p)
+	if err != nil || e == nil || e.Mode != filemode.Dir {
+		return plumbing.ZeroHash, err
+	}
+	return e.Hash, nil
+}
+
+// lookupEntry returns the entry at p under root, nil when there is none.
+func lookupEntry(st storer.EncodedObjectStorer, root plumbing.Hash, p string) (*object.TreeEntry, error) {
+	cur := object.TreeEntry{Mode: filemode.Dir, Hash: root}
+	for _, name := range strings.Split(p, "/") {
+		if cur.Mode != filemode.Dir {
+			return nil, nil
+		}
+		t, err := object.GetTree(st, cur.Hash)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: could not read tree %s: %w", cur.Hash, err)
+		}
+		found := false
+		for _, e := range t.Entries {
+			if e.Name == name {
+				cur, found = e, true
+				break
+			}
+		}
+		if !found {
+			return nil, nil
+		}
+	}
+	return &cur, nil
 }
 
 // diff compares the tree old (zero for none) with new at dir. Entries with
@@ -531,8 +562,9 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 	if err != nil {
 		return fmt.Errorf("evidence: %s: %w", p, err)
 	}
-	f := &fileRec{path: p, blob: e.Hash, commit: c, digest: specs.DigestOf(data)}
+	f := &fileRec{path: p, blob: e.Hash, commit: c, landed: c, digest: specs.DigestOf(data)}
 	if old := a.files[p]; old != nil {
+		f.landed = old.landed
 		if len(a.versions[p]) == 0 {
 			a.versions[p] = []*fileRec{old}
 		}

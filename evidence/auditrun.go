@@ -22,12 +22,11 @@ import (
 
 // Run phases derived from the documents a run directory holds.
 const (
-	PhaseUnknown   = "Unknown"
-	PhaseAdmitted  = "Admitted"
-	PhaseChecking  = "Checking"
-	PhaseEvidence  = "Evidence"
-	PhaseDone      = "Done"
-	PhaseCancelled = "Canceled"
+	PhaseUnknown  = "Unknown"
+	PhaseAdmitted = "Admitted"
+	PhaseChecking = "Checking"
+	PhaseEvidence = "Evidence"
+	PhaseDone     = "Done"
 )
 
 // RunReport is what the branch says about one run, as audited.
@@ -108,6 +107,9 @@ type runAudit struct {
 	report   RunReport
 	signers  map[string]bool
 	approver map[string]bool
+	// unverified: some document did not verify (reported on its own);
+	// what only it would have bound is not reported again.
+	unverified bool
 }
 
 func (r *runAudit) add(rule, rel, msg string) {
@@ -136,6 +138,7 @@ func (r *runAudit) rel(p string) (string, bool) {
 // every file elsewhere; decode reports predicate problems.
 func (r *runAudit) decode(rel string, f *fileRec, want string, v any) bool {
 	if f == nil || f.doc == nil || f.doc.statement == nil || f.doc.err != nil {
+		r.unverified = true
 		return false
 	}
 	for _, k := range f.doc.keys {
@@ -222,8 +225,8 @@ func (r *runAudit) notBefore(rel string, f *fileRec, depRel string, dep *fileRec
 	if f == nil || dep == nil {
 		return
 	}
-	if f.commit.index < dep.commit.index {
-		r.add(RuleLifecycleOrder, rel, fmt.Sprintf("landed in commit %s, before %s (commit %s)", shortHash(f.commit.hash.String()), depRel, shortHash(dep.commit.hash.String())))
+	if f.landed.index < dep.landed.index {
+		r.add(RuleLifecycleOrder, rel, fmt.Sprintf("landed in commit %s, before %s (commit %s)", shortHash(f.landed.hash.String()), depRel, shortHash(dep.landed.hash.String())))
 	}
 }
 
@@ -343,7 +346,7 @@ func (r *runAudit) check() {
 	}
 	sort.Strings(rels)
 	for _, rel := range rels {
-		if r.bound[rel] || r.files[rel].doc != nil && r.files[rel].doc.kind == kindDocument {
+		if r.unverified || r.bound[rel] || r.files[rel].doc != nil && r.files[rel].doc.kind == kindDocument {
 			continue
 		}
 		r.add(RuleLayout, rel, "no document of the run binds this file")
@@ -585,7 +588,7 @@ func (r *runAudit) checkEvidence() {
 		}
 		if s.Skipped {
 			skipped = true
-			if f := r.file(irel); f != nil && f.commit.index <= r.evFile.commit.index {
+			if f := r.file(irel); f != nil && f.landed.index <= r.evFile.landed.index {
 				r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as skipped, but its intent is on the branch", s.Check))
 			}
 			continue
@@ -607,7 +610,7 @@ func (r *runAudit) checkEvidence() {
 		}
 	}
 	cancel := r.file(CancelFile)
-	canceled := cancel != nil && cancel.commit.index <= r.evFile.commit.index
+	canceled := cancel != nil && cancel.landed.index <= r.evFile.landed.index
 	if ev.Canceled != canceled {
 		r.add(RuleVerdict, rel, fmt.Sprintf("canceled is %t, but a cancel document landed before it: %t", ev.Canceled, canceled))
 	}
@@ -625,7 +628,10 @@ func (r *runAudit) checkEvidence() {
 			continue
 		}
 		ok := !skipped && len(ev.Checks) == len(prof)
-		for _, ce := range r.checks {
+		for i, ce := range r.checks {
+			if ce == nil && i < len(r.report.Checks) && r.report.Checks[i].Evidence {
+				continue // present but did not verify: reported already
+			}
 			ok = ok && ce != nil && slices.ContainsFunc(ce.Participants, func(po ParticipantOutcome) bool {
 				return po.Node == n.Node && po.Verdict == specs.VerdictPass
 			})
@@ -661,7 +667,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 	r.decided(rel, r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At))
 	switch action {
 	case signing.ActionCancel:
-		if rc := r.file(ReceiptFile); rc != nil && f.commit.index > rc.commit.index {
+		if rc := r.file(ReceiptFile); rc != nil && f.landed.index > rc.landed.index {
 			r.add(RuleLifecycleOrder, rel, "cancel landed after the run's receipt")
 		}
 	case signing.ActionRelease:
@@ -718,9 +724,9 @@ func (r *runAudit) checkReceipt() {
 	switch {
 	case !ok || len(rc.EvidenceCommit) != 40:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %q is not a commit of the branch's first-parent history", rc.EvidenceCommit))
-	case r.evFile != nil && ec.index < r.evFile.commit.index:
+	case r.evFile != nil && ec.index < r.evFile.landed.index:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is before the commit where evidence.json landed (%s)", shortHash(rc.EvidenceCommit), shortHash(r.evFile.commit.hash.String())))
-	case ec.index > r.rcFile.commit.index:
+	case ec.index > r.rcFile.landed.index:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is after the receipt's own commit", shortHash(rc.EvidenceCommit)))
 	}
 }
@@ -795,7 +801,7 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 			fail(fmt.Sprintf("points at %s, the directory of run %s of cluster %s", dir, r.id, r.cluster))
 		default:
 			pointed[dir] = true
-			if f.commit.index > r.admFile.commit.index {
+			if f.landed.index > r.admFile.landed.index {
 				fail("index entry landed after the run's admission")
 			}
 		}
@@ -820,8 +826,8 @@ func (a *auditor) checkCopies() {
 	// Oldest first, so the copy is the one reported.
 	sort.Slice(paths, func(i, j int) bool {
 		fi, fj := a.files[paths[i]], a.files[paths[j]]
-		if fi.commit.index != fj.commit.index {
-			return fi.commit.index < fj.commit.index
+		if fi.landed.index != fj.landed.index {
+			return fi.landed.index < fj.landed.index
 		}
 		return paths[i] < paths[j]
 	})
@@ -936,7 +942,7 @@ func (a *auditor) checkChains() {
 			case rf.digest != l.l.Receipt.Digest:
 				fail(fmt.Sprintf("links %s by %s, but its digest is %s", l.l.Receipt.Path, l.l.Receipt.Digest, rf.digest))
 			}
-			if prev := ls[s-1]; prev != nil && l.f.commit.index < prev.f.commit.index {
+			if prev := ls[s-1]; prev != nil && l.f.landed.index < prev.f.landed.index {
 				fail(fmt.Sprintf("link %d landed before link %d", s, s-1))
 			}
 			linked[l.l.Receipt.Path] = s
@@ -972,7 +978,7 @@ func (a *auditor) checkChains() {
 				pf := a.files[prev.l.Receipt.Path]
 				if rc.Previous.Path != prev.l.Receipt.Path || pf == nil || pf.digest != rc.Previous.Digest {
 					fail(fmt.Sprintf("previous is %s %s, but sequence %d is %s", rc.Previous.Path, rc.Previous.Digest, rc.Sequence-1, prev.l.Receipt.Path))
-				} else if r.rcFile.commit.index < pf.commit.index {
+				} else if r.rcFile.landed.index < pf.landed.index {
 					fail(fmt.Sprintf("landed before the previous receipt %s", prev.l.Receipt.Path))
 				}
 			}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+var (
+	fixtureOnce sync.Once
+	fixture     *evidencetest.Fixture
+	fixtureErr  error
+	fixtureDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixtureDir != "" {
+		os.RemoveAll(fixtureDir)
+	}
+	os.Exit(code)
+}
+
+// evidenceFixture is one evidence branch written by the real reconciler
+// (runs run-a and run-b of a two-check local profile), built once.
+func evidenceFixture(t *testing.T) *evidencetest.Fixture {
+	t.Helper()
+	fixtureOnce.Do(func() {
+		fixtureDir, fixtureErr = os.MkdirTemp("", "signet-audit-fixture-")
+		if fixtureErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		fixture, fixtureErr = evidencetest.Build(ctx, fixtureDir, "run-a", "run-b")
+	})
+	require.NoError(t, fixtureErr)
+	return fixture
+}
+
+// auditJSON runs signet audit -o json and decodes its report.
+func auditJSON(t *testing.T, args ...string) (*evidence.AuditReport, int, string) {
+	t.Helper()
+	out, stderr, code := runSigningCLI(t, append([]string{"audit", "-o", "json"}, args...)...)
+	var rep evidence.AuditReport
+	if code < 2 {
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out+stderr)
+	}
+	return &rep, code, stderr
+}
+
+func hasFinding(rep *evidence.AuditReport, rule, run, p string) bool {
+	for _, f := range rep.Findings {
+		if f.Rule == rule && (run == "" || f.Run == run) && (p == "" || f.Path == p) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAuditTamper: every way of tampering with the evidence branch makes
+// signet audit exit 1 with a finding that names the rule, the run and
+// the path; the untouched branch exits 0.
+func TestAuditTamper(t *testing.T) {
+	f := evidenceFixture(t)
+	other, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
+	require.NoError(t, err)
+	runDir := func(c *evidencetest.Copy, run string) string {
+		p, err := c.Find("runs/", "/"+run+"/admission.json")
+		require.NoError(t, err)
+		return path.Dir(p)
+	}
+	read := func(c *evidencetest.Copy, p string) []byte {
+		b, err := c.Read("refs/heads/"+evidencetest.Branch, p)
+		require.NoError(t, err)
+		return b
+	}
+	landed := func(c *evidencetest.Copy, p string) string {
+		h, err := c.Landed(p)
+		require.NoError(t, err)
+		return h
+	}
+	resign := func(b []byte, k *signing.PrivateKey, edit func(map[string]any)) []byte {
+		out, err := evidencetest.Resign(b, k, edit)
+		require.NoError(t, err)
+		return out
+	}
+	link := func(run, receiptPath string, receipt []byte) []byte {
+		b, err := json.Marshal(evidence.ChainLink{Run: run, Receipt: evidence.FileRef{Path: receiptPath, Digest: specs.DigestOf(receipt)}})
+		require.NoError(t, err)
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		// tamper returns the flags to add, the rule, run and path expected.
+		tamper func(t *testing.T, c *evidencetest.Copy) (flags []string, rule, run, path string)
+	}{
+		{"clean", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			return nil, "", "", ""
+		}},
+		{"document changed in a later commit", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-a") + "/checks/00-first.json"
+			changed := resign(read(c, p), f.Reconciler, func(pred map[string]any) { pred["reason"] = "rewritten later" })
+			_, err := c.Append(map[string][]byte{p: changed})
+			require.NoError(t, err)
+			return nil, evidence.RuleAppendOnly, "run-a", p
+		}},
+		{"document deleted", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-b") + "/receipt.json"
+			_, err := c.Append(map[string][]byte{p: nil})
+			require.NoError(t, err)
+			return nil, evidence.RuleAppendOnly, "run-b", p
+		}},
+		{"forged signature", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-a") + "/checks/01-second.intent.json"
+			forged, err := evidencetest.FlipSignature(read(c, p))
+			require.NoError(t, err)
+			_, err = c.Rewrite(landed(c, p), map[string][]byte{p: forged})
+			require.NoError(t, err)
+			return nil, evidence.RuleSignature, "run-a", p
+		}},
+		{"signed by a key outside the trust policy", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-a") + "/checks/01-second.json"
+			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: resign(read(c, p), other, nil)})
+			require.NoError(t, err)
+			return nil, evidence.RuleUntrustedSigner, "run-a", p
+		}},
+		{"receipt evidence digest does not match", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-b") + "/receipt.json"
+			rc := resign(read(c, p), f.Reconciler, func(pred map[string]any) {
+				pred["evidence"].(map[string]any)["digest"] = string(specs.DigestOf([]byte("other evidence")))
+			})
+			lp := evidence.ChainPath(evidencetest.Cluster, 2)
+			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: rc, lp: link("run-b", p, rc)})
+			require.NoError(t, err)
+			return nil, evidence.RuleDigestBinding, "run-b", p
+		}},
+		{"receipt chain with a gap", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-b") + "/receipt.json"
+			rc := resign(read(c, p), f.Reconciler, func(pred map[string]any) { pred["sequence"] = 3 })
+			_, err := c.Rewrite(landed(c, p), map[string][]byte{
+				p: rc, evidence.ChainPath(evidencetest.Cluster, 2): nil, evidence.ChainPath(evidencetest.Cluster, 3): link("run-b", p, rc),
+			})
+			require.NoError(t, err)
+			return nil, evidence.RuleReceiptChain, "", evidence.ChainPath(evidencetest.Cluster, 2)
+		}},
+		{"receipt chain with a fork", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-b") + "/receipt.json"
+			rc := resign(read(c, p), f.Reconciler, func(pred map[string]any) {
+				pred["sequence"] = 1
+				delete(pred, "previous")
+			})
+			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", p, rc)})
+			require.NoError(t, err)
+			return nil, evidence.RuleReceiptChain, "run-b", p
+		}},
+		{"history rewritten and force-pushed", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			pinned, err := c.Tip()
+			require.NoError(t, err)
+			commits, err := c.Commits()
+			require.NoError(t, err)
+			// Drop the last receipt's commit and write another one: a
+			// clean-looking history that no longer holds the pinned tip.
+			p := runDir(c, "run-b") + "/receipt.json"
+			_, err = c.Rewrite(commits[len(commits)-1], map[string][]byte{p: read(c, p)})
+			require.NoError(t, err)
+			_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-2])
+			require.NoError(t, err)
+			return []string{"--since", pinned}, evidence.RuleHistoryRewritten, "", ""
+		}},
+		{"document copied from another run's directory", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			from := runDir(c, "run-a") + "/checks/00-first.intent.json"
+			p := runDir(c, "run-b") + "/checks/00-first.intent.json"
+			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: read(c, from)})
+			require.NoError(t, err)
+			return nil, evidence.RuleCopiedDocument, "run-b", p
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+			require.NoError(t, err)
+			flags, rule, run, p := tc.tamper(t, c)
+			rep, code, stderr := auditJSON(t, append([]string{"--repo", c.Dir, "--trust", f.TrustFile}, flags...)...)
+			if rule == "" {
+				require.Equal(t, 0, code, "%v\n%s", rep.Findings, stderr)
+				assert.Empty(t, rep.Findings)
+				assert.Len(t, rep.Runs, 2)
+				return
+			}
+			require.Equal(t, 1, code, stderr)
+			t.Log("\n" + findingLines(rep))
+			assert.True(t, hasFinding(rep, rule, run, p), "want %s run %q path %q, got:\n%s", rule, run, p, findingLines(rep))
+			// The text output names the same rule, run and path.
+			out, _, code := runSigningCLI(t, append([]string{"audit", "--repo", c.Dir, "--trust", f.TrustFile}, flags...)...)
+			assert.Equal(t, 1, code)
+			assert.Contains(t, out, rule)
+			assert.Contains(t, out, p)
+		})
+	}
+}
+
+func findingLines(rep *evidence.AuditReport) string {
+	s := ""
+	for _, f := range rep.Findings {
+		s += fmt.Sprintln(f)
+	}
+	return s
+}
+
+// TestAuditUsage: missing flags and unreadable inputs exit 2.
+func TestAuditUsage(t *testing.T) {
+	f := evidenceFixture(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"no repo", []string{"audit", "--trust", f.TrustFile}},
+		{"no trust", []string{"audit", "--repo", f.Repo}},
+		{"bad output", []string{"audit", "--repo", f.Repo, "--trust", f.TrustFile, "-o", "yaml"}},
+		{"missing repo", []string{"audit", "--repo", filepath.Join(t.TempDir(), "nope"), "--trust", f.TrustFile}},
+		{"missing branch", []string{"audit", "--repo", f.Repo, "--branch", "nope", "--trust", f.TrustFile}},
+		{"missing trust file", []string{"audit", "--repo", f.Repo, "--trust", filepath.Join(t.TempDir(), "nope.yaml")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runSigningCLI(t, tc.args...)
+			assert.Equal(t, 2, code, stderr)
+		})
+	}
+}

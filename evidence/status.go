@@ -1,0 +1,245 @@
+package evidence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// StatusOptions says which branch (and cluster) to summarize.
+type StatusOptions struct {
+	Repo   string
+	Auth   Auth
+	Branch string
+	// Cluster limits the status to one cluster; empty: every cluster.
+	Cluster string
+}
+
+// BranchStatus is what the tip of an evidence branch says about runs and
+// nodes. It is read, not proven: Status does not verify signatures or
+// history (Audit and Verify do).
+type BranchStatus struct {
+	Repo   string       `json:"repo"`
+	Branch string       `json:"branch"`
+	Tip    string       `json:"tip"`
+	Runs   []RunStatus  `json:"runs"`
+	Nodes  []NodeStatus `json:"nodes"`
+}
+
+// RunStatus is one run as its documents on the tip describe it.
+type RunStatus struct {
+	Cluster         string        `json:"cluster"`
+	Run             string        `json:"run"`
+	Dir             string        `json:"dir"`
+	Phase           string        `json:"phase"`
+	Verdict         specs.Verdict `json:"verdict,omitempty"`
+	Canceled        bool          `json:"canceled,omitempty"`
+	Released        bool          `json:"released,omitempty"`
+	Profile         string        `json:"profile,omitempty"`
+	Nodes           []NodeReport  `json:"nodes"`
+	Checks          []CheckReport `json:"checks,omitempty"`
+	ReceiptSequence int64         `json:"receiptSequence,omitempty"`
+	AdmittedAt      time.Time     `json:"admittedAt,omitzero"`
+	Deadline        time.Time     `json:"runDeadline,omitzero"`
+	EndedAt         time.Time     `json:"endedAt,omitzero"`
+	// Problem says why a document could not be read, when one could not.
+	Problem string `json:"problem,omitempty"`
+}
+
+// NodeStatus is a node's latest verdict: from the run evidence that ended
+// last among the runs covering it.
+type NodeStatus struct {
+	Cluster string        `json:"cluster"`
+	Node    string        `json:"node"`
+	Verdict specs.Verdict `json:"verdict"`
+	Run     string        `json:"run"`
+	At      time.Time     `json:"at"`
+}
+
+// Status lists the runs of the branch (through the ids/ index) with their
+// phase, derived from which documents exist, verdicts and receipt
+// sequence, and each node's latest verdict. Documents are decoded without
+// verifying their signatures.
+func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
+	if opts.Branch == "" {
+		opts.Branch = DefaultBranch
+	}
+	rd, err := openBranch(ctx, opts.Repo, opts.Auth, opts.Branch)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.close()
+	root, err := rootTree(rd)
+	if err != nil {
+		return nil, err
+	}
+	st := &BranchStatus{Repo: rd.display, Branch: rd.branch, Tip: rd.tip.String(), Runs: []RunStatus{}, Nodes: []NodeStatus{}}
+	entries, err := walkFiles(rd, root, "ids")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		parts := strings.Split(e.path, "/")
+		if len(parts) != 4 || (opts.Cluster != "" && parts[1] != opts.Cluster) {
+			continue
+		}
+		data, err := readRaw(rd.st, plumbing.BlobObject, e.hash)
+		if err != nil {
+			return nil, err
+		}
+		rs := readRunStatus(rd, root, parts[1], parts[3], strings.TrimSpace(string(data)))
+		st.Runs = append(st.Runs, rs)
+	}
+	sort.SliceStable(st.Runs, func(i, j int) bool {
+		if !st.Runs[i].AdmittedAt.Equal(st.Runs[j].AdmittedAt) {
+			return st.Runs[i].AdmittedAt.Before(st.Runs[j].AdmittedAt)
+		}
+		return st.Runs[i].Run < st.Runs[j].Run
+	})
+	latest := map[string]NodeStatus{}
+	for _, r := range st.Runs {
+		if r.Verdict == "" {
+			continue
+		}
+		for _, n := range r.Nodes {
+			key := r.Cluster + "/" + n.Node
+			if cur, ok := latest[key]; !ok || !r.EndedAt.Before(cur.At) {
+				latest[key] = NodeStatus{Cluster: r.Cluster, Node: n.Node, Verdict: n.Verdict, Run: r.Run, At: r.EndedAt}
+			}
+		}
+	}
+	for _, n := range latest {
+		st.Nodes = append(st.Nodes, n)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool {
+		if st.Nodes[i].Cluster != st.Nodes[j].Cluster {
+			return st.Nodes[i].Cluster < st.Nodes[j].Cluster
+		}
+		return st.Nodes[i].Node < st.Nodes[j].Node
+	})
+	return st, nil
+}
+
+type treeFile struct {
+	path string
+	hash plumbing.Hash
+}
+
+// walkFiles lists the files under dir of root (none when absent).
+func walkFiles(rd *branchReader, root plumbing.Hash, dir string) ([]treeFile, error) {
+	h, err := lookupTree(rd.st, root, dir)
+	if err != nil || h.IsZero() {
+		return nil, err
+	}
+	t, err := object.GetTree(rd.st, h)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not read %s: %w", dir, err)
+	}
+	var out []treeFile
+	for _, e := range t.Entries {
+		p := path.Join(dir, e.Name)
+		if e.Mode == filemode.Dir {
+			sub, err := walkFiles(rd, root, p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sub...)
+			continue
+		}
+		out = append(out, treeFile{p, e.Hash})
+	}
+	return out, nil
+}
+
+// readRunStatus reads the documents of one run directory at the tip.
+func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir string) RunStatus {
+	rs := RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: PhaseUnknown, Nodes: []NodeReport{}}
+	dirHash, err := lookupTree(rd.st, root, dir)
+	if err != nil || dirHash.IsZero() {
+		rs.Problem = fmt.Sprintf("the index points at %s, which is not on the branch", dir)
+		return rs
+	}
+	read := func(rel, predicate string, v any) bool {
+		e, err := lookupEntry(rd.st, dirHash, rel)
+		if err != nil || e == nil {
+			return false
+		}
+		b, err := readRaw(rd.st, plumbing.BlobObject, e.Hash)
+		if err == nil {
+			var env *signing.Envelope
+			var st *signing.Statement
+			if env, err = signing.ParseEnvelope(b); err == nil {
+				if st, err = env.Statement(); err == nil {
+					if st.PredicateType != predicate {
+						err = fmt.Errorf("predicate type %q", st.PredicateType)
+					} else {
+						err = json.Unmarshal(st.Predicate, v)
+					}
+				}
+			}
+		}
+		if err != nil && rs.Problem == "" {
+			rs.Problem = fmt.Sprintf("%s: %v", path.Join(dir, rel), err)
+		}
+		return err == nil
+	}
+	var adm Admission
+	if !read(AdmissionFile, PredicateAdmission, &adm) {
+		return rs
+	}
+	rs.Phase, rs.Profile, rs.AdmittedAt, rs.Deadline = PhaseAdmitted, adm.Profile.Name, adm.AdmittedAt, adm.RunDeadline
+	for _, p := range adm.Participants {
+		rs.Nodes = append(rs.Nodes, NodeReport{Node: p.Node, UID: p.UID})
+	}
+	for i, ck := range adm.ProfileObject.Spec.Checks {
+		cr := CheckReport{Index: i, Name: ck.Name}
+		var in CheckIntent
+		cr.Intent = read(strings.TrimPrefix(CheckIntentPath(dir, i, ck.Name), dir+"/"), PredicateCheckIntent, &in)
+		var ce CheckEvidence
+		if read(strings.TrimPrefix(CheckPath(dir, i, ck.Name), dir+"/"), PredicateCheck, &ce) {
+			cr.Evidence, cr.Verdict, cr.Reason = true, ce.Verdict, ce.Reason
+		}
+		if cr.Intent || cr.Evidence {
+			rs.Phase = PhaseChecking
+		}
+		rs.Checks = append(rs.Checks, cr)
+	}
+	var act Action
+	rs.Canceled = read(CancelFile, PredicateCancel, &act)
+	var ev RunEvidence
+	if read(EvidenceFile, PredicateEvidence, &ev) {
+		rs.Phase, rs.Verdict, rs.EndedAt = PhaseEvidence, ev.Verdict, ev.EndedAt
+		for _, n := range ev.Nodes {
+			for i := range rs.Nodes {
+				if rs.Nodes[i].Node == n.Node {
+					rs.Nodes[i].Verdict = n.Verdict
+				}
+			}
+		}
+		for _, s := range ev.Checks {
+			if s.Index < len(rs.Checks) {
+				rs.Checks[s.Index].Verdict, rs.Checks[s.Index].Skipped = s.Verdict, s.Skipped
+			}
+		}
+	}
+	rs.Released = read(ReleaseFile, PredicateRelease, &act)
+	var rc Receipt
+	if read(ReceiptFile, PredicateReceipt, &rc) {
+		rs.Phase, rs.ReceiptSequence = PhaseDone, rc.Sequence
+	}
+	return rs
+}

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Reports the GPUs this node has.
+exec nvidia-smi -L

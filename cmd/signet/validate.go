@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"signet.dev/signet/specs"
+)
+
+func init() { addCommand(newValidateCmd) }
+
+// specPathOptions names the spec path inside a spec repository, shared by
+// the commands that render one.
+type specPathOptions struct {
+	Path string
+}
+
+// AddFlags registers --path.
+func (o *specPathOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Path, "path", ".", "spec path inside the spec repository (e.g. a kustomize overlay)")
+}
+
+// render renders the spec path of the spec repository in directory repo.
+// A missing or unreadable repository is an I/O error; a --path outside it a
+// usage error.
+func (o *specPathOptions) render(repo string) (*specs.Rendering, error) {
+	st, err := os.Stat(repo)
+	if err != nil {
+		return nil, fmt.Errorf("spec repository: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("spec repository %s is not a directory", repo)
+	}
+	dir := path.Clean(filepath.ToSlash(o.Path))
+	if !fs.ValidPath(dir) {
+		return nil, &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", o.Path)}
+	}
+	return specs.Render(os.DirFS(repo), dir)
+}
+
+// validateOptions are the flags of signet validate.
+type validateOptions struct {
+	Spec   specPathOptions
+	Output outputOptions
+}
+
+// AddFlags registers the command's flags.
+func (o *validateOptions) AddFlags(fs *pflag.FlagSet) {
+	o.Spec.AddFlags(fs)
+	o.Output.AddFlags(fs)
+}
+
+// validateReport is what signet validate prints: with --output json, this
+// struct as JSON. Checks added to validate (approvals, …) add fields here
+// and findings to Findings.
+type validateReport struct {
+	Repo     string          `json:"repo"`
+	Path     string          `json:"path"`
+	Valid    bool            `json:"valid"`
+	Objects  []objectDigest  `json:"objects"`
+	Findings []specs.Finding `json:"findings"`
+}
+
+// objectDigest names a rendered object and the digest approvals sign.
+type objectDigest struct {
+	Ref    string       `json:"ref"`
+	Digest specs.Digest `json:"digest"`
+}
+
+func newValidateCmd() *cobra.Command {
+	o := &validateOptions{}
+	cmd := &cobra.Command{
+		Use:   "validate [REPO]",
+		Short: "Check every spec of a spec repository and report all problems",
+		Long: `Render the spec path of the spec repository REPO (default ".") as the reconciler
+would, parse every signet document strictly and check every rule of the
+specs: unknown fields, duplicate keys, YAML aliases, spec files over 1 MiB,
+names, digests, bundle pins against the bundle bytes, scripts, backends,
+deadlines, workloads, and requests against their profiles. Every problem is
+reported, with file, document index, field and what is wrong.
+
+Bundle paths in profiles are relative to REPO; --path selects the spec path
+inside it (a directory, with or without a kustomization.yaml).
+
+Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
+		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Output.Validate(); err != nil {
+				return err
+			}
+			repo := "."
+			if len(args) == 1 {
+				repo = args[0]
+			}
+			report, err := o.validate(cmd.Context(), repo)
+			if err != nil {
+				return ioFailure(err)
+			}
+			if err := o.print(cmd.OutOrStdout(), report); err != nil {
+				return ioFailure(err)
+			}
+			if !report.Valid {
+				return exitCode(1, nil)
+			}
+			return nil
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// validate renders repo and returns the report; the error is for a
+// repository that cannot be read at all.
+func (o *validateOptions) validate(_ context.Context, repo string) (*validateReport, error) {
+	r, err := o.Spec.render(repo)
+	if err != nil {
+		return nil, err
+	}
+	report := &validateReport{
+		Repo:     repo,
+		Path:     path.Clean(filepath.ToSlash(o.Spec.Path)),
+		Objects:  []objectDigest{},
+		Findings: []specs.Finding{},
+	}
+	for _, obj := range r.Objects {
+		report.Objects = append(report.Objects, objectDigest{Ref: obj.Ref(), Digest: obj.Digest})
+	}
+	report.Findings = append(report.Findings, r.Findings...)
+	report.Valid = len(report.Findings) == 0
+	return report, nil
+}
+
+// print writes the report as JSON or as one line per finding followed by a
+// summary line.
+func (o *validateOptions) print(w io.Writer, r *validateReport) error {
+	if o.Output.JSON() {
+		return writeJSON(w, r)
+	}
+	for _, f := range r.Findings {
+		if _, err := fmt.Fprintln(w, f.String()); err != nil {
+			return err
+		}
+	}
+	profiles, requests := 0, 0
+	for _, obj := range r.Objects {
+		if strings.HasPrefix(obj.Ref, specs.KindProfile+"/") {
+			profiles++
+		} else {
+			requests++
+		}
+	}
+	where := r.Repo
+	if r.Path != "." {
+		where += " --path " + r.Path
+	}
+	if r.Valid {
+		_, err := fmt.Fprintf(w, "%s: valid (%d profiles, %d requests)\n", where, profiles, requests)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s: %d findings (%d profiles, %d requests rendered)\n", where, len(r.Findings), profiles, requests)
+	return err
+}
+
+// ioFailure gives err exit status 2 (usage or I/O error), keeping a
+// usageError as it is.
+func ioFailure(err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return exitCode(2, err)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// update rewrites the golden files of this package's tests:
+// go test ./cmd/signet/ -run 'Golden' -update
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// runSpecsCLI runs signet with args and returns stdout, stderr and the
+// exit code main would use.
+func runSpecsCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(t.Context())
+	if err != nil {
+		errb.WriteString(err.Error())
+	}
+	return out.String(), errb.String(), reportError(err)
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(p, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(p)
+	require.NoError(t, err, "run with -update to create %s", p)
+	assert.Equal(t, string(want), got)
+}
+
+func TestValidateGolden(t *testing.T) {
+	tests := []struct {
+		name, golden string
+		args         []string
+		wantCode     int
+	}{
+		{"valid text", "validate-valid.golden", []string{"validate", "testdata/specrepo-valid"}, 0},
+		{"valid json", "validate-valid.json.golden", []string{"validate", "testdata/specrepo-valid", "--output", "json"}, 0},
+		{"invalid text", "validate-invalid.golden", []string{"validate", "testdata/specrepo-invalid"}, 1},
+		{"invalid json", "validate-invalid.json.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "json"}, 1},
+		{"spec path", "validate-path.golden", []string{"validate", "testdata/specrepo-invalid", "--path", "requests"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, code := runSpecsCLI(t, tt.args...)
+			assert.Equal(t, tt.wantCode, code)
+			golden(t, tt.golden, out)
+			// Rendering is deterministic: a second run prints the same.
+			again, _, _ := runSpecsCLI(t, tt.args...)
+			assert.Equal(t, out, again)
+		})
+	}
+}
+
+func TestValidateJSONShape(t *testing.T) {
+	out, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "json")
+	require.Equal(t, 1, code)
+	var report validateReport
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	assert.False(t, report.Valid)
+	require.NotEmpty(t, report.Findings)
+	for _, f := range report.Findings {
+		assert.NotEmpty(t, f.File)
+		assert.NotEmpty(t, f.Message)
+	}
+	assert.Contains(t, out, `"field": "spec.checks[1].deadline"`)
+	assert.Contains(t, out, `"message": "\"1800\" is not whole seconds (\"1800s\")"`)
+}
+
+func TestValidateExitCodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"missing repository", []string{"validate", "testdata/no-such-repo"}, 2, "no such file or directory"},
+		{"repository is a file", []string{"validate", "testdata/validate-valid.golden"}, 2, "is not a directory"},
+		{"missing spec path", []string{"validate", "testdata/specrepo-valid", "--path", "nope"}, 2, "nope"},
+		{"spec path escapes", []string{"validate", "testdata/specrepo-valid", "--path", "../specrepo-invalid"}, 2, "not a relative path inside the repository"},
+		{"bad output format", []string{"validate", "testdata/specrepo-valid", "-o", "yaml"}, 2, `"yaml" is not text or json`},
+		{"two arguments", []string{"validate", "a", "b"}, 2, "accepts at most 1 arg"},
+		{"unknown flag", []string{"validate", "--frobnicate"}, 2, "unknown flag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runSpecsCLI(t, tt.args...)
+			assert.Equal(t, tt.wantCode, code)
+			assert.Empty(t, out)
+			assert.Contains(t, errOut, tt.wantErr)
+		})
+	}
+}
+
+// The spec repository of examples/ is what the README's quick start
+// validates; it must stay valid, at the root and in its overlay.
+func TestValidateExampleSpecRepo(t *testing.T) {
+	repo := filepath.Join("..", "..", "examples", "spec-repo")
+	for _, args := range [][]string{{"validate", repo}, {"validate", repo, "--path", "overlays/cluster-b"}} {
+		t.Run(strings.Join(args[2:], " "), func(t *testing.T) {
+			out, errOut, code := runSpecsCLI(t, args...)
+			assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			assert.Contains(t, out, ": valid (")
+		})
+	}
+}

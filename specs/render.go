@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -117,8 +118,8 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 		o, claimed, fs := parseSource(doc)
 		parsed = append(parsed, located{file: doc.File, findings: fs, obj: o, claimed: claimed})
 	}
-	for name, size := range oversize {
-		parsed = append(parsed, located{file: name, findings: []Finding{tooLarge(name, -1, size)}})
+	for _, name := range slices.Sorted(maps.Keys(oversize)) {
+		parsed = append(parsed, located{file: name, findings: []Finding{tooLarge(name, -1, oversize[name])}})
 	}
 
 	// Bundle directories are known only once profiles are parsed.

@@ -2,8 +2,10 @@ package specs
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -205,7 +207,8 @@ func validateWorkload(r *reporter, f string, w *Workload) {
 			r.addf(f+".image", "%q: digest %v", w.Image, err)
 		}
 	}
-	for name, q := range w.Resources.Requests {
+	for _, name := range slices.Sorted(maps.Keys(w.Resources.Requests)) {
+		q := w.Resources.Requests[name]
 		fr := join(f+".resources.requests", name)
 		validateResourceName(r, fr, name)
 		if q.Sign() < 0 {
@@ -215,7 +218,8 @@ func validateWorkload(r *reporter, f string, w *Workload) {
 			r.addf(fr, "request %s is more than the limit %s", q.String(), l.String())
 		}
 	}
-	for name, q := range w.Resources.Limits {
+	for _, name := range slices.Sorted(maps.Keys(w.Resources.Limits)) {
+		q := w.Resources.Limits[name]
 		fr := join(f+".resources.limits", name)
 		validateResourceName(r, fr, name)
 		if q.Sign() < 0 {
@@ -327,7 +331,8 @@ func validateRequest(o *Object, profiles map[string]*Object, broken map[string]b
 			r.addf("spec.count", "%d is less than 1: a selector needs a count", s.Count)
 		}
 	}
-	for k, v := range s.Selector {
+	for _, k := range slices.Sorted(maps.Keys(s.Selector)) {
+		v := s.Selector[k]
 		f := join("spec.selector", k)
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			r.addf(f, "%q is not a label key: %s", k, strings.Join(errs, "; "))

@@ -28,7 +28,8 @@
 // CPU, memory or devices (no cgroups); and it does not verify the script's
 // digest: the caller passes bytes it has verified. If signet itself dies,
 // the kernel kills the check's main process (PR_SET_PDEATHSIG) but not the
-// rest of its group; recovery records such a check as interrupted. A User
+// rest of its group: Sweep, at the next start, kills what is left and removes
+// the directories, and recovery records such a check as interrupted. A User
 // shared with other software (nobody) can signal or trace that software's
 // processes: give the backend an account of its own. Linux only.
 package local

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -234,4 +237,34 @@ func approvalFindings(r *specs.Rendering, fsys fs.FS, dir string, p *signing.Tru
 			Message: fmt.Sprintf("%s is not approved: %s", o.Subject, strings.Join(o.Reasons, "; "))})
 	}
 	return out
+}
+
+// trustOptions are the --trust and --cluster flags signet validate uses to
+// add approval findings.
+type trustOptions struct {
+	Trust   string
+	Cluster string
+}
+
+// AddFlags registers --trust and --cluster.
+func (o *trustOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Trust, "trust", "", "trust policy: also report every object or requested action that is not approved")
+	fs.StringVar(&o.Cluster, "cluster", "", "with --trust: decide approvals for this cluster")
+}
+
+// findings returns approvalFindings for the spec path sub of the local
+// repository repo, or none without --trust. The error is for a trust
+// policy that cannot be read or parsed.
+func (o *trustOptions) findings(r *specs.Rendering, repo, sub string, now time.Time) ([]specs.Finding, error) {
+	if o.Trust == "" {
+		if o.Cluster != "" {
+			return nil, &usageError{errors.New("--cluster needs --trust")}
+		}
+		return nil, nil
+	}
+	p, err := signing.LoadTrustPolicy(o.Trust)
+	if err != nil {
+		return nil, err
+	}
+	return approvalFindings(r, os.DirFS(repo), path.Clean(filepath.ToSlash(sub)), p, o.Cluster, now), nil
 }

@@ -151,3 +151,33 @@ func TestApprovalFindings(t *testing.T) {
 		assert.Contains(t, f.Message, "is not approved")
 	}
 }
+
+// signet validate --trust reports unapproved objects as findings (exit 1)
+// and is valid once everything is approved.
+func TestValidateTrust(t *testing.T) {
+	dir := t.TempDir()
+	repo := copySpecRepo(t)
+	alice, _ := newTestKey(t, dir, "alice")
+	trust := writeTrust(t, dir, nil, alice)
+
+	out, stderr, code := runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "east")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, out, "CertificationProfile/local-smoke is not approved")
+
+	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", alice+".key", "--clusters", "east")
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code = runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "east")
+	assert.Equal(t, 0, code, out+stderr)
+	out, _, code = runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "west")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "for other clusters (east), not west")
+	out, _, code = runSigningCLI(t, "validate", repo)
+	assert.Equal(t, 0, code, "without --trust approvals are not checked: %s", out)
+
+	_, stderr, code = runSigningCLI(t, "validate", repo, "--cluster", "east")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--cluster needs --trust")
+	_, stderr, code = runSigningCLI(t, "validate", repo, "--trust", filepath.Join(dir, "missing.yaml"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "could not read")
+}

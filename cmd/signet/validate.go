@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -51,12 +52,14 @@ func (o *specPathOptions) render(repo string) (*specs.Rendering, error) {
 // validateOptions are the flags of signet validate.
 type validateOptions struct {
 	Spec   specPathOptions
+	Trust  trustOptions
 	Output outputOptions
 }
 
 // AddFlags registers the command's flags.
 func (o *validateOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Spec.AddFlags(fs)
+	o.Trust.AddFlags(fs)
 	o.Output.AddFlags(fs)
 }
 
@@ -91,6 +94,10 @@ reported, with file, document index, field and what is wrong.
 
 Bundle paths in profiles are relative to REPO; --path selects the spec path
 inside it (a directory, with or without a kustomization.yaml).
+
+With --trust (and --cluster), every object or requested action that is not
+approved under the trust policy, and every unreadable approval file under
+<path>/.signet/approvals/, is a finding too (see signet approvals for details).
 
 Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json",
@@ -137,6 +144,11 @@ func (o *validateOptions) validate(_ context.Context, repo string) (*validateRep
 		report.Objects = append(report.Objects, objectDigest{Ref: obj.Ref(), Digest: obj.Digest})
 	}
 	report.Findings = append(report.Findings, r.Findings...)
+	approvals, err := o.Trust.findings(r, repo, o.Spec.Path, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	report.Findings = append(report.Findings, approvals...)
 	report.Valid = len(report.Findings) == 0
 	return report, nil
 }

@@ -1,0 +1,294 @@
+package evidence_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// moduleRoot walks up from the test's directory to the directory holding
+// go.mod.
+func moduleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, parent, dir, "no go.mod above the test directory")
+		dir = parent
+	}
+}
+
+func findings(rep *evidence.AuditReport, rule string) []evidence.Finding {
+	var out []evidence.Finding
+	for _, f := range rep.Findings {
+		if f.Rule == rule {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestAuditBranch builds one evidence branch with the real reconciler
+// (two runs of a two-check local profile) and checks it with signet's
+// audit, verify and status, and with stock git and cosign.
+func TestAuditBranch(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b")
+	require.NoError(t, err)
+	ctx := t.Context()
+	tip := evidencetest.Branch
+
+	t.Run("clean", func(t *testing.T) {
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: f.Repo, Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Empty(t, rep.Findings)
+		require.Len(t, rep.Runs, 2)
+		for i, r := range rep.Runs {
+			assert.Equal(t, f.Runs[i], r.Run)
+			assert.Equal(t, evidence.PhaseDone, r.Phase)
+			assert.Equal(t, specs.VerdictPass, r.Verdict)
+			assert.Equal(t, int64(i+1), r.ReceiptSequence)
+			assert.Equal(t, []string{f.Reconciler.KeyID()}, r.Signers)
+			assert.Equal(t, []string{f.Approver.KeyID()}, r.Approvers)
+			require.Len(t, r.Checks, 2)
+			for _, c := range r.Checks {
+				assert.Equal(t, specs.VerdictPass, c.Verdict)
+			}
+		}
+		// Per run: admission, an intent and evidence per check, run
+		// evidence, receipt, and the copied approval.
+		assert.Equal(t, 2*8, rep.Documents)
+	})
+
+	t.Run("remote URL", func(t *testing.T) {
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + f.Repo, Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Empty(t, rep.Findings)
+		assert.Len(t, rep.Runs, 2)
+	})
+
+	t.Run("git fsck --strict", func(t *testing.T) {
+		out, err := evidencetest.Git(f.Repo, nil, "fsck", "--strict", "--no-progress", "--no-dangling")
+		require.NoError(t, err, out)
+	})
+
+	t.Run("git verify-commit", func(t *testing.T) {
+		allowed := filepath.Join(t.TempDir(), "allowed_signers")
+		line := `reconciler namespaces="git" ` + f.Reconciler.Public().SSHAuthorizedKey() + "\n"
+		require.NoError(t, os.WriteFile(allowed, []byte(line), 0o600))
+		revs, err := evidencetest.Git(f.Repo, nil, "rev-list", tip)
+		require.NoError(t, err)
+		commits := strings.Fields(revs)
+		require.NotEmpty(t, commits)
+		for _, c := range commits {
+			out, err := evidencetest.Git(f.Repo, nil, "-c", "gpg.format=ssh", "-c", "gpg.ssh.allowedSignersFile="+allowed, "verify-commit", c)
+			assert.NoError(t, err, "commit %s: %s", c, out)
+		}
+		// Another key's allowed-signers file refuses them.
+		other := filepath.Join(t.TempDir(), "other_signers")
+		require.NoError(t, os.WriteFile(other, []byte(`reconciler namespaces="git" `+f.Approver.Public().SSHAuthorizedKey()+"\n"), 0o600))
+		_, err = evidencetest.Git(f.Repo, nil, "-c", "gpg.format=ssh", "-c", "gpg.ssh.allowedSignersFile="+other, "verify-commit", commits[0])
+		assert.Error(t, err)
+	})
+
+	t.Run("cosign verify-blob-attestation", func(t *testing.T) {
+		cosign := filepath.Join(moduleRoot(t), "bin", "cosign")
+		if _, err := os.Stat(cosign); err != nil {
+			t.Fatalf("%s is missing: run make tools (hack/tools.sh builds cosign from its Go module)", cosign)
+		}
+		c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+		require.NoError(t, err)
+		dir := t.TempDir()
+		files, err := c.Files()
+		require.NoError(t, err)
+		var runDirs []string
+		for _, p := range files {
+			if path.Base(p) == evidence.AdmissionFile {
+				runDirs = append(runDirs, path.Dir(p))
+			}
+		}
+		require.Len(t, runDirs, 2)
+		write := func(name string, b []byte) string {
+			p := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(p, b, 0o600))
+			return p
+		}
+		nodeOf := func(runDir string) []byte {
+			for _, p := range files {
+				if strings.HasPrefix(p, runDir+"/nodes/") {
+					b, err := c.Read("refs/heads/"+tip, p)
+					require.NoError(t, err)
+					return b
+				}
+			}
+			t.Fatalf("no node snapshot in %s", runDir)
+			return nil
+		}
+		ev, err := c.Read("refs/heads/"+tip, runDirs[0]+"/evidence.json")
+		require.NoError(t, err)
+		sig := write("evidence.json", ev)
+		pub := write("key.pub", f.Reconciler.Public().MarshalPEM())
+		own := write("node.json", nodeOf(runDirs[0]))
+		other := write("other-node.json", nodeOf(runDirs[1]))
+		run := func(blob string) (string, error) {
+			cmd := exec.CommandContext(ctx, cosign, "verify-blob-attestation", "--key", pub, "--signature", sig,
+				"--type", evidence.PredicateEvidence, "--insecure-ignore-tlog=true", blob)
+			cmd.Env = append(os.Environ(), "HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"))
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			return out.String(), err
+		}
+		out, err := run(own)
+		require.NoError(t, err, out)
+		assert.Contains(t, out, "Verified OK")
+		// Another run's snapshot of the same node is not covered.
+		out, err = run(other)
+		assert.Error(t, err, out)
+		assert.Contains(t, out, "no matching subject digest found")
+	})
+
+	t.Run("verify", func(t *testing.T) {
+		for _, run := range f.Runs {
+			rep, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: run, Policy: f.Policy})
+			require.NoError(t, err)
+			assert.Empty(t, rep.Findings)
+			assert.Equal(t, specs.VerdictPass, rep.Verdict)
+			assert.Equal(t, evidencetest.Cluster, rep.Cluster)
+			require.NotEmpty(t, rep.Bindings)
+			for _, b := range rep.Bindings {
+				assert.True(t, b.OK, "%+v", b)
+			}
+			require.Len(t, rep.Nodes, 1)
+			assert.Equal(t, specs.VerdictPass, rep.Nodes[0].Verdict)
+		}
+		_, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: "no-such-run", Policy: f.Policy})
+		assert.ErrorIs(t, err, evidence.ErrRunNotFound)
+		_, err = evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: "run-a", Cluster: "elsewhere", Policy: f.Policy})
+		assert.ErrorIs(t, err, evidence.ErrRunNotFound)
+	})
+
+	t.Run("verify finds a forged signature in the run", func(t *testing.T) {
+		c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+		require.NoError(t, err)
+		p, err := c.Find("/run-b/checks/00-first.json")
+		require.NoError(t, err)
+		b, err := c.Read("refs/heads/"+tip, p)
+		require.NoError(t, err)
+		forged, err := evidencetest.FlipSignature(b)
+		require.NoError(t, err)
+		at, err := c.Landed(p)
+		require.NoError(t, err)
+		_, err = c.Rewrite(at, map[string][]byte{p: forged})
+		require.NoError(t, err)
+		rep, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: c.Dir, Run: "run-b", Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Contains(t, rep.Findings, evidence.Finding{Rule: evidence.RuleSignature, Cluster: evidencetest.Cluster, Run: "run-b", Path: p,
+			Commit: rep.Findings[slicesIndex(rep.Findings, p)].Commit, Message: "no signature verifies with an evidence signer of the trust policy (forged or corrupted)"})
+		// The other run is untouched.
+		rep, err = evidence.Verify(ctx, evidence.VerifyOptions{Repo: c.Dir, Run: "run-a", Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Empty(t, rep.Findings)
+	})
+
+	t.Run("status", func(t *testing.T) {
+		st, err := evidence.Status(ctx, evidence.StatusOptions{Repo: f.Repo})
+		require.NoError(t, err)
+		require.Len(t, st.Runs, 2)
+		for i, r := range st.Runs {
+			assert.Equal(t, f.Runs[i], r.Run)
+			assert.Equal(t, evidence.PhaseDone, r.Phase)
+			assert.Equal(t, specs.VerdictPass, r.Verdict)
+			assert.Equal(t, int64(i+1), r.ReceiptSequence)
+			assert.Empty(t, r.Problem)
+		}
+		require.Len(t, st.Nodes, 1)
+		assert.Equal(t, "run-b", st.Nodes[0].Run, "the latest run gives the node's verdict")
+		assert.Equal(t, specs.VerdictPass, st.Nodes[0].Verdict)
+		st, err = evidence.Status(ctx, evidence.StatusOptions{Repo: f.Repo, Cluster: "elsewhere"})
+		require.NoError(t, err)
+		assert.Empty(t, st.Runs)
+	})
+
+	t.Run("incomplete run", func(t *testing.T) {
+		// Rewrite history as if run-b's receipt were never written.
+		c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+		require.NoError(t, err)
+		p, err := c.Find("/run-b/receipt.json")
+		require.NoError(t, err)
+		at, err := c.Landed(p)
+		require.NoError(t, err)
+		_, err = c.Rewrite(at, map[string][]byte{p: nil, evidence.ChainPath(evidencetest.Cluster, 2): nil})
+		require.NoError(t, err)
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Empty(t, rep.Findings, "inside its deadline a run without a receipt is in progress")
+		rep, err = evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy, Now: time.Now().Add(24 * time.Hour)})
+		require.NoError(t, err)
+		got := findings(rep, evidence.RuleIncompleteRun)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Equal(t, "run-b", got[0].Run)
+		assert.Equal(t, evidence.PhaseEvidence, rep.Runs[1].Phase)
+	})
+
+	t.Run("lifecycle order", func(t *testing.T) {
+		// Without check 0's evidence, the intent of check 1 has no
+		// predecessor.
+		c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+		require.NoError(t, err)
+		p, err := c.Find("/run-a/checks/00-first.json")
+		require.NoError(t, err)
+		at, err := c.Landed(p)
+		require.NoError(t, err)
+		_, err = c.Rewrite(at, map[string][]byte{p: nil})
+		require.NoError(t, err)
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy})
+		require.NoError(t, err)
+		got := findings(rep, evidence.RuleLifecycleOrder)
+		require.NotEmpty(t, got, "%v", rep.Findings)
+		assert.Equal(t, "run-a", got[0].Run)
+		assert.True(t, strings.HasSuffix(got[0].Path, "checks/01-second.intent.json"), got[0].Path)
+	})
+
+	t.Run("key outside its validity window", func(t *testing.T) {
+		// The same branch under a policy whose evidence key was revoked
+		// before the runs: every document and commit is refused.
+		rk := signing.KeySpec(f.Reconciler.Public())
+		rk.RevokedAt = "2020-01-01T00:00:00Z"
+		p, err := signing.NewTrustPolicy("revoked", signing.TrustPolicySpec{
+			Keys:            []signing.TrustedKeySpec{signing.KeySpec(f.Approver.Public()), rk},
+			Approvers:       []string{f.Approver.KeyID()},
+			EvidenceSigners: []string{f.Reconciler.KeyID()},
+		})
+		require.NoError(t, err)
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: f.Repo, Policy: p})
+		require.NoError(t, err)
+		assert.NotEmpty(t, findings(rep, evidence.RuleUntrustedSigner))
+		assert.NotEmpty(t, findings(rep, evidence.RuleCommitSignature))
+	})
+}
+
+func slicesIndex(fs []evidence.Finding, p string) int {
+	for i, f := range fs {
+		if f.Path == p && f.Rule == evidence.RuleSignature {
+			return i
+		}
+	}
+	return 0
+}

@@ -71,8 +71,8 @@ func (r *Rendering) find(kind, name string) *Object {
 	return nil
 }
 
-// signetDir is the spec repository's own directory (approvals); its files
-// are never spec documents.
+// signetDir is the spec repository's own directory (approvals), at the
+// repository root or in a spec path; its files are never spec documents.
 const signetDir = ".signet"
 
 // Render reads the spec path dir of the repository fsys (kustomize when dir
@@ -136,7 +136,7 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 	r := &Rendering{Bundles: map[string]BundleInfo{}}
 	broken := map[string]bool{} // profiles that exist but did not parse
 	for _, p := range parsed {
-		if isUnder(p.file, signetDir) || slices.ContainsFunc(bundleDirs, func(b string) bool { return isUnder(p.file, b) }) {
+		if slices.Contains(strings.Split(p.file, "/"), signetDir) || slices.ContainsFunc(bundleDirs, func(b string) bool { return isUnder(p.file, b) }) {
 			continue
 		}
 		if name, ok := strings.CutPrefix(p.claimed.ref, KindProfile+"/"); ok {

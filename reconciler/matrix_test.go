@@ -58,6 +58,7 @@ func TestResultMatrix(t *testing.T) {
 	runs := e.reconcileAndWait(r)
 	require.Contains(t, runs, "matrix-1")
 	elapsed := time.Since(start)
+	t.Logf("run took %s", elapsed)
 	docs := e.readRun("matrix-1")
 
 	for _, row := range rows {

@@ -87,6 +87,10 @@ type LocalConfig struct {
 	User    string `json:"user,omitempty"`
 	// Grace is the time between TERM and KILL at a deadline or cancel.
 	Grace specs.Seconds `json:"grace,omitempty"`
+	// WorkRoot is where checks get their temporary directories; it must
+	// be used by this reconciler only (start-up ends and removes what is
+	// left there). Default: $TMPDIR/signet-<cluster>.
+	WorkRoot string `json:"workRoot,omitempty"`
 }
 
 // Ceiling is the most any check's workload may ask for (DESIGN §2). A

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler/local"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -119,8 +120,23 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 			store.Close()
 			return nil, nil, err
 		}
-		// Checks work under the system temporary directory, never under
-		// StateDir (mode 0700), which the check's user must not reach.
+		// Checks work under a root of their own in the system temporary
+		// directory, never under StateDir (mode 0700), which the check's
+		// user must not reach. What a previous signet left there (it died
+		// mid-check) is ended and removed first.
+		lb.WorkRoot = cfg.Backends.Local.WorkRoot
+		if lb.WorkRoot == "" {
+			lb.WorkRoot = filepath.Join(os.TempDir(), "signet-"+cfg.Cluster)
+		}
+		if err := os.MkdirAll(lb.WorkRoot, 0o711); err != nil {
+			store.Close()
+			return nil, nil, fmt.Errorf("backends.local.workRoot: %w", err)
+		}
+		if killed, err := local.Sweep(lb.WorkRoot); err != nil {
+			log.Warn("sweeping the local work root", "error", err)
+		} else if len(killed) > 0 {
+			log.Warn("ended processes left by a previous signet", "pids", killed)
+		}
 		backends[specs.BackendLocal] = lb
 	}
 	o.Logger, o.Store, o.Source, o.Nodes, o.Key, o.Backends, o.Metrics = log, store, src, LocalNodes{}, key, backends, NewMetrics(reg)

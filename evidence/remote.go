@@ -230,7 +230,8 @@ func advertisedTip(ar *packp.AdvRefs, ref plumbing.ReferenceName) (plumbing.Hash
 // fetch reads the remote tip of ref and, when the local store lacks it,
 // downloads the objects it needs, telling the remote which commits we
 // already have. It returns the remote tip (zero when the ref is absent).
-func (r *remote) fetch(ctx context.Context, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
+// Objects are looked up in have and written to st.
+func (r *remote) fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
 	sess, err := r.client.NewUploadPackSession(r.ep, r.auth)
 	if err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
@@ -251,7 +252,7 @@ func (r *remote) fetch(ctx context.Context, st storer.Storer, ref plumbing.Refer
 	if err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
 	}
-	if tip.IsZero() || st.HasEncodedObject(tip) == nil {
+	if tip.IsZero() || have.HasEncodedObject(tip) == nil {
 		return tip, nil
 	}
 	req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
@@ -263,7 +264,7 @@ func (r *remote) fetch(ctx context.Context, st storer.Storer, ref plumbing.Refer
 	}
 	req.Wants = []plumbing.Hash{tip}
 	for _, h := range haves {
-		if !h.IsZero() && st.HasEncodedObject(h) == nil {
+		if !h.IsZero() && have.HasEncodedObject(h) == nil {
 			req.Haves = append(req.Haves, h)
 		}
 	}

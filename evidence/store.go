@@ -20,7 +20,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"golang.org/x/crypto/ssh"
@@ -94,8 +96,16 @@ type Store struct {
 	opts   StoreOptions
 	remote *remote
 	ref    plumbing.ReferenceName
-	st     *filesystem.Storage
+	st     *filesystem.Storage // the local bare mirror
 	lock   *os.File
+
+	// Objects this store created since the last flush, kept in memory and
+	// written to the mirror as one packfile every flushObjects objects and
+	// on Close (a loose file per object would cost more than the rest of an
+	// append). They are on the remote already; after a crash a fetch
+	// brings them back.
+	overlay *memory.ObjectStorage
+	objs    layered
 
 	mu     sync.Mutex
 	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
@@ -171,6 +181,8 @@ func (s *Store) open(ctx context.Context) error {
 	// of a pack written through PackfileWriter (every fetch).
 	s.st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(),
 		filesystem.Options{KeepDescriptors: true})
+	s.overlay = newOverlay()
+	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay}
 	if _, err := os.Stat(filepath.Join(dir, "config")); errors.Is(err, os.ErrNotExist) {
 		if _, err := git.Init(s.st, nil); err != nil {
 			return fmt.Errorf("evidence: init mirror %s: %w", dir, err)
@@ -190,10 +202,9 @@ func (s *Store) open(ctx context.Context) error {
 			return fmt.Errorf("evidence: StateDir %s remembers %s branch %s, not %s branch %s: use another StateDir",
 				s.opts.StateDir, st.URL, st.Branch, s.remote.display, s.opts.Branch)
 		}
+		// The mirror may lack the remembered tip (a crash before a
+		// flush): the fetch brings it back, or proves a rollback.
 		s.tip, s.pushed = plumbing.NewHash(st.Tip), plumbing.NewHash(st.Pushed)
-		if !s.tip.IsZero() && s.st.HasEncodedObject(s.tip) != nil {
-			return fmt.Errorf("evidence: StateDir %s remembers tip %s but its mirror lacks it", s.opts.StateDir, s.tip)
-		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -210,7 +221,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	var errs []error
 	if s.st != nil {
-		errs = append(errs, s.st.Close())
+		errs = append(errs, s.flush(), s.st.Close())
 	}
 	errs = append(errs, s.lock.Close())
 	return errors.Join(errs...)
@@ -241,7 +252,11 @@ func (s *Store) Refresh(ctx context.Context) error {
 }
 
 func (s *Store) refresh(ctx context.Context) error {
-	tip, err := s.remote.fetch(ctx, s.st, s.ref, []plumbing.Hash{s.tip, s.pushed})
+	haves := []plumbing.Hash{s.tip, s.pushed}
+	if ref, err := s.st.Reference(s.ref); err == nil {
+		haves = append(haves, ref.Hash())
+	}
+	tip, err := s.remote.fetch(ctx, s.objs, s.st, s.ref, haves)
 	if err != nil {
 		return err
 	}
@@ -252,7 +267,7 @@ func (s *Store) refresh(ctx context.Context) error {
 		if tip.IsZero() {
 			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.display, s.opts.Branch, s.tip)
 		}
-		ok, err := descends(s.st, tip, s.tip, plumbing.ZeroHash)
+		ok, err := descends(s.objs, tip, s.tip, plumbing.ZeroHash)
 		if err != nil {
 			return err
 		}
@@ -279,14 +294,11 @@ func (s *Store) setTip(tip plumbing.Hash, pushed bool) error {
 	if err := writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
 	}
-	if err := s.st.SetReference(plumbing.NewHashReference(s.ref, tip)); err != nil {
-		return fmt.Errorf("evidence: mirror ref: %w", err)
-	}
 	s.tip = tip
 	if pushed {
 		s.pushed = tip
 	}
-	return nil
+	return s.syncMirrorRef()
 }
 
 // writeFileAtomic replaces name with data: temp file, fsync, rename,
@@ -324,7 +336,7 @@ func writeFileAtomic(name string, data []byte) error {
 // descends reports whether anc is desc or one of its ancestors. The walk
 // does not go below stop (when non-zero). It reads only commits, never
 // trees; without stop it may walk the whole history to prove a "no".
-func descends(st *filesystem.Storage, desc, anc, stop plumbing.Hash) (bool, error) {
+func descends(st storer.EncodedObjectStorer, desc, anc, stop plumbing.Hash) (bool, error) {
 	queue := []plumbing.Hash{desc}
 	seen := map[plumbing.Hash]bool{desc: true}
 	for len(queue) > 0 {
@@ -406,7 +418,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 				continue
 			}
 			for _, p := range pending {
-				ok, err := descends(s.st, s.tip, p, before)
+				ok, err := descends(s.objs, s.tip, p, before)
 				if err != nil {
 					return "", err
 				}
@@ -423,7 +435,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			}
 			refetch, rejected = false, ""
 		}
-		b := &builder{st: s.st, objs: memory.NewStorage()}
+		b := &builder{st: s.objs, objs: memory.NewStorage()}
 		commit, err := b.commit(s.tip, root, message, s.signature(), s.opts.CommitSigner)
 		if err != nil {
 			return "", err
@@ -432,7 +444,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 		var moved *errMoved
 		switch {
 		case err == nil:
-			if err := b.persist(); err != nil {
+			if err := s.keep(b); err != nil {
 				return "", err
 			}
 			if err := s.setTip(commit, true); err != nil {
@@ -445,7 +457,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 		case errors.Is(err, ErrUnreachable):
 			// The push may or may not have landed: remember it and
 			// recognize it on the next fetch.
-			if err := b.persist(); err != nil {
+			if err := s.keep(b); err != nil {
 				return "", err
 			}
 			pending = append(pending, commit)
@@ -454,6 +466,98 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			return "", err
 		}
 	}
+}
+
+// flushObjects is how many created objects the store keeps in memory
+// before writing them to the mirror as one packfile (about 90 appends of
+// a run's 21 documents).
+const flushObjects = 2048
+
+// keep moves the objects of a built commit into the overlay, flushing it
+// when full.
+func (s *Store) keep(b *builder) error {
+	if err := persistTo(s.overlay, b.objs, b.hashes); err != nil {
+		return err
+	}
+	if len(s.overlay.Objects) >= flushObjects {
+		return s.flush()
+	}
+	return nil
+}
+
+// flush writes the overlay to the mirror as one packfile and points the
+// mirror's branch at the tip, so that the mirror is always a complete
+// repository (stock git can read it).
+func (s *Store) flush() error {
+	if len(s.overlay.Objects) > 0 {
+		hashes := make([]plumbing.Hash, 0, len(s.overlay.Objects))
+		for h := range s.overlay.Objects {
+			hashes = append(hashes, h)
+		}
+		w, err := s.st.PackfileWriter()
+		if err != nil {
+			return fmt.Errorf("evidence: write mirror pack: %w", err)
+		}
+		if _, err := packfile.NewEncoder(w, s.overlay, false).Encode(hashes, 0); err != nil {
+			w.Close()
+			return fmt.Errorf("evidence: write mirror pack: %w", err)
+		}
+		if err := w.Close(); err != nil {
+			return fmt.Errorf("evidence: write mirror pack: %w", err)
+		}
+		s.overlay = newOverlay()
+		s.objs.top = s.overlay
+	}
+	return s.syncMirrorRef()
+}
+
+// syncMirrorRef points the mirror's branch at the tip once the mirror
+// holds it.
+func (s *Store) syncMirrorRef() error {
+	if s.tip.IsZero() || s.st.HasEncodedObject(s.tip) != nil {
+		return nil
+	}
+	if err := s.st.SetReference(plumbing.NewHashReference(s.ref, s.tip)); err != nil {
+		return fmt.Errorf("evidence: mirror ref: %w", err)
+	}
+	return nil
+}
+
+func newOverlay() *memory.ObjectStorage {
+	return &memory.ObjectStorage{
+		Objects: map[plumbing.Hash]plumbing.EncodedObject{},
+		Commits: map[plumbing.Hash]plumbing.EncodedObject{},
+		Trees:   map[plumbing.Hash]plumbing.EncodedObject{},
+		Blobs:   map[plumbing.Hash]plumbing.EncodedObject{},
+		Tags:    map[plumbing.Hash]plumbing.EncodedObject{},
+	}
+}
+
+// layered reads objects from the in-memory overlay first, then the mirror.
+type layered struct {
+	storer.EncodedObjectStorer
+	top *memory.ObjectStorage
+}
+
+func (l layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if o, err := l.top.EncodedObject(t, h); err == nil {
+		return o, nil
+	}
+	return l.EncodedObjectStorer.EncodedObject(t, h)
+}
+
+func (l layered) HasEncodedObject(h plumbing.Hash) error {
+	if l.top.HasEncodedObject(h) == nil {
+		return nil
+	}
+	return l.EncodedObjectStorer.HasEncodedObject(h)
+}
+
+func (l layered) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	if n, err := l.top.EncodedObjectSize(h); err == nil {
+		return n, nil
+	}
+	return l.EncodedObjectStorer.EncodedObjectSize(h)
 }
 
 func (s *Store) signature() object.Signature {
@@ -472,7 +576,7 @@ func (s *Store) Read(ctx context.Context, p string) ([]byte, error) {
 	if e.Mode == filemode.Dir {
 		return nil, fmt.Errorf("%w: %s is a directory", ErrNotFound, p)
 	}
-	blob, err := object.GetBlob(s.st, e.Hash)
+	blob, err := object.GetBlob(s.objs, e.Hash)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
 	}
@@ -505,7 +609,7 @@ func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
 		if s.tip.IsZero() {
 			return nil, fmt.Errorf("%w: branch %s does not exist yet", ErrNotFound, s.opts.Branch)
 		}
-		c, err := object.GetCommit(s.st, s.tip)
+		c, err := object.GetCommit(s.objs, s.tip)
 		if err != nil {
 			return nil, fmt.Errorf("evidence: read tip: %w", err)
 		}
@@ -520,7 +624,7 @@ func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
 		}
 		h = e.Hash
 	}
-	t, err := object.GetTree(s.st, h)
+	t, err := object.GetTree(s.objs, h)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: read %s: %w", dir, err)
 	}
@@ -553,7 +657,7 @@ func (s *Store) lookup(p string) (object.TreeEntry, error) {
 	if s.tip.IsZero() {
 		return object.TreeEntry{}, fmt.Errorf("%w: %s (branch %s does not exist yet)", ErrNotFound, p, s.opts.Branch)
 	}
-	c, err := object.GetCommit(s.st, s.tip)
+	c, err := object.GetCommit(s.objs, s.tip)
 	if err != nil {
 		return object.TreeEntry{}, fmt.Errorf("evidence: read tip: %w", err)
 	}
@@ -562,7 +666,7 @@ func (s *Store) lookup(p string) (object.TreeEntry, error) {
 		if cur.Mode != filemode.Dir {
 			return object.TreeEntry{}, fmt.Errorf("%w: %s (%s is a file)", ErrNotFound, p, path.Join(parts[:i]...))
 		}
-		t, err := object.GetTree(s.st, cur.Hash)
+		t, err := object.GetTree(s.objs, cur.Hash)
 		if err != nil {
 			return object.TreeEntry{}, fmt.Errorf("evidence: read tree %s: %w", path.Join(parts[:i]...), err)
 		}

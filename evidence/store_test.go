@@ -190,6 +190,8 @@ func TestAppendGroupCommitAndStockGit(t *testing.T) {
 	assert.Equal(t, commits[2], gittest.Git(t, remote, "rev-parse", "signet/evidence"))
 	assert.Equal(t, "3", gittest.Git(t, remote, "rev-list", "--count", "signet/evidence"))
 
+	require.NoError(t, s.Close()) // flushes the mirror
+	assert.Equal(t, commits[2], gittest.Git(t, filepath.Join(opts.StateDir, mirrorDir), "rev-parse", "signet/evidence"))
 	for _, repo := range []string{remote, filepath.Join(opts.StateDir, mirrorDir)} {
 		out, err := gittest.Run(t, repo, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
 		require.NoError(t, err, "git fsck --strict in %s", repo)
@@ -439,7 +441,7 @@ func TestConcurrentWriters(t *testing.T) {
 	signer, allowed := testSigner(t)
 	srv := gittest.NewHTTPServer(t, gittest.WithAuth(gittest.Auth{Token: "t0k"}))
 	url, dir := srv.NewRepo("evidence")
-	const writers, appends = 3, 6
+	const writers, appends = 2, 6
 	stores := make([]*Store, writers)
 	for i := range stores {
 		opts := testOptions(t, url, signer)

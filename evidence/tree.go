@@ -228,11 +228,6 @@ func (b *builder) commit(parent plumbing.Hash, c *changeTree, msg string, who ob
 	return b.putObject(commit)
 }
 
-// persist copies the objects of the commit into the local mirror.
-func (b *builder) persist() error {
-	return persistTo(b.st, b.objs, b.hashes)
-}
-
 func persistTo(dst storer.EncodedObjectStorer, src *memory.Storage, hashes []plumbing.Hash) error {
 	for _, h := range hashes {
 		o, err := src.EncodedObject(plumbing.AnyObject, h)
@@ -245,4 +240,3 @@ func persistTo(dst storer.EncodedObjectStorer, src *memory.Storage, hashes []plu
 	}
 	return nil
 }
-

@@ -1,0 +1,262 @@
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/gittest"
+)
+
+// Benchmarks of the issue-4 figures. Reproduce with
+//
+//	go test -run '^$' -bench . -benchtime 20x ./evidence/
+//
+// Every size is a branch already holding that many runs, all admitted on
+// the same day (the worst case for the date-sharded layout), each run
+// synthesized with its index entry and one small document. One operation
+// appends one run: its index entry and 20 documents of 2 KB.
+
+var benchSizes = []int{100, 10_000, 100_000}
+
+const benchDocs, benchDocSize = 20, 2048
+
+// baseRepos builds, once per top-level benchmark, a bare repository per
+// size with git fast-import (the fastest way to a big tree), packed.
+type baseRepos struct {
+	dir  string
+	mu   sync.Mutex
+	repo map[int]string
+}
+
+func newBaseRepos(b *testing.B) *baseRepos {
+	return &baseRepos{dir: b.TempDir(), repo: map[int]string{}}
+}
+
+func (r *baseRepos) get(b *testing.B, runs int) string {
+	b.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if dir, ok := r.repo[runs]; ok {
+		return dir
+	}
+	dir := filepath.Join(r.dir, fmt.Sprintf("base-%d.git", runs))
+	gittest.InitBare(b, dir)
+	var s bytes.Buffer
+	msg := fmt.Sprintf("synthesized %d runs", runs)
+	fmt.Fprintf(&s, "commit refs/heads/%s\ncommitter bench <bench@example.invalid> %d +0000\ndata %d\n%s\n", DefaultBranch, day.Unix(), len(msg), msg)
+	for i := range runs {
+		run := fmt.Sprintf("base-%06d", i)
+		idx := IndexEntry("bench", run, day)
+		doc := fmt.Sprintf(`{"run":%q}`, run)
+		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n%s\n", idx.Path, len(idx.Data), idx.Data)
+		fmt.Fprintf(&s, "M 100644 inline %s/admission.json\ndata %d\n%s\n", RunDir("bench", run, day), len(doc), doc)
+	}
+	_, err := gittest.Run(b, dir, s.Bytes(), "fast-import", "--quiet")
+	require.NoError(b, err)
+	r.repo[runs] = dir
+	return dir
+}
+
+// copyRepo copies a bare repository (a few pack files) to dst.
+func copyRepo(b *testing.B, src, dst string) {
+	b.Helper()
+	out, err := exec.Command("cp", "-a", src, dst).CombinedOutput()
+	require.NoError(b, err, "%s", out)
+}
+
+// benchStore opens a Store on remote whose mirror already holds base, so
+// that the benchmark does not measure the first fetch.
+func benchStore(b *testing.B, base, remote string) *Store {
+	b.Helper()
+	signer, _ := testSigner(b)
+	opts := testOptions(b, remote, signer)
+	copyRepo(b, base, filepath.Join(opts.StateDir, mirrorDir))
+	return openStore(b, opts)
+}
+
+var benchRun struct {
+	sync.Mutex
+	n int
+}
+
+// nextRun is a fresh run's files.
+func nextRun() []File {
+	benchRun.Lock()
+	defer benchRun.Unlock()
+	benchRun.n++
+	return runFiles("bench", fmt.Sprintf("bench-%09d", benchRun.n), benchDocs, benchDocSize)
+}
+
+// BenchmarkAppend measures Store.Append of one run, whole: the tree
+// rewrite, the signed commit, the compare-and-swap push of only the new
+// objects to a bare repository on local disk (stock git-receive-pack),
+// the mirror and the remembered tip (fsync). The "commit" variant stops
+// before the push: the local work, comparable to git fast-import.
+func BenchmarkAppend(b *testing.B) {
+	bases := newBaseRepos(b)
+	for _, runs := range benchSizes {
+		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			remote := filepath.Join(b.TempDir(), "remote.git")
+			copyRepo(b, base, remote)
+			s := benchStore(b, base, remote)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				_, err := s.Append(b.Context(), "bench", nextRun())
+				require.NoError(b, err)
+			}
+		})
+	}
+	for _, runs := range benchSizes {
+		b.Run(fmt.Sprintf("commit/runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			s := benchStore(b, base, base)
+			root := func() *changeTree {
+				c, err := newChangeTree(nextRun())
+				require.NoError(b, err)
+				return c
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				bl := &builder{st: s.objs, objs: memory.NewStorage()}
+				c, err := bl.commit(s.tip, root(), "bench\n", s.signature(), s.opts.CommitSigner)
+				require.NoError(b, err)
+				require.NoError(b, s.keep(bl))
+				s.tip = c
+			}
+		})
+	}
+}
+
+// fastImportStream is the same append as a git fast-import stream.
+func fastImportStream(files []File) []byte {
+	var s bytes.Buffer
+	msg := "bench"
+	fmt.Fprintf(&s, "commit refs/heads/%s\ncommitter bench <bench@example.invalid> %d +0000\ndata %d\n%s\nfrom refs/heads/%s^0\n",
+		DefaultBranch, time.Now().Unix(), len(msg), msg, DefaultBranch)
+	for _, f := range files {
+		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n%s\n", f.Path, len(f.Data), f.Data)
+	}
+	return s.Bytes()
+}
+
+// BenchmarkFastImport is the same append done by stock git fast-import
+// on a copy of the same repository: the stream is prepared beforehand,
+// the process run is timed.
+func BenchmarkFastImport(b *testing.B) {
+	bases := newBaseRepos(b)
+	for _, runs := range benchSizes {
+		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
+			repo := filepath.Join(b.TempDir(), "repo.git")
+			copyRepo(b, bases.get(b, runs), repo)
+			for b.Loop() {
+				b.StopTimer()
+				stream := fastImportStream(nextRun())
+				cmd := gittest.Cmd(b, repo, "fast-import", "--quiet")
+				cmd.Stdin = bytes.NewReader(stream)
+				b.StartTimer()
+				out, err := cmd.CombinedOutput()
+				require.NoError(b, err, "%s", out)
+			}
+		})
+	}
+}
+
+// BenchmarkPush measures pushing one appended run to the loopback
+// smart-HTTP server (git http-backend): signet's compare-and-swap push of
+// the objects it created, stock `git push` of the same kind of commit, and
+// go-git's Remote.Push (go-git issue #1102: it walks every object
+// reachable from the remote's refs). Building the commit is not timed.
+func BenchmarkPush(b *testing.B) {
+	bases := newBaseRepos(b)
+	for _, runs := range benchSizes {
+		b.Run(fmt.Sprintf("signet/runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			url := seedHTTP(b, base)
+			s := benchStore(b, base, url)
+			for b.Loop() {
+				b.StopTimer()
+				root, err := newChangeTree(nextRun())
+				require.NoError(b, err)
+				bl := &builder{st: s.objs, objs: memory.NewStorage()}
+				c, err := bl.commit(s.tip, root, "bench\n", s.signature(), s.opts.CommitSigner)
+				require.NoError(b, err)
+				b.StartTimer()
+				require.NoError(b, s.remote.push(b.Context(), bl.objs, s.ref, s.tip, c, bl.hashes))
+				b.StopTimer()
+				require.NoError(b, s.keep(bl))
+				require.NoError(b, s.setTip(c, true))
+				b.StartTimer()
+			}
+		})
+		b.Run(fmt.Sprintf("git/runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			url := seedHTTP(b, base)
+			local := filepath.Join(b.TempDir(), "local.git")
+			copyRepo(b, base, local)
+			for b.Loop() {
+				b.StopTimer()
+				_, err := gittest.Run(b, local, fastImportStream(nextRun()), "fast-import", "--quiet")
+				require.NoError(b, err)
+				push := gittest.Cmd(b, local, "push", "--quiet", url, DefaultBranch)
+				b.StartTimer()
+				out, err := push.CombinedOutput()
+				require.NoError(b, err, "%s", out)
+			}
+		})
+		b.Run(fmt.Sprintf("go-git/runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			url := seedHTTP(b, base)
+			s := benchStore(b, base, base) // only its mirror and builder
+			repo, err := git.Open(s.st, nil)
+			require.NoError(b, err)
+			_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{url}})
+			require.NoError(b, err)
+			spec := config.RefSpec(fmt.Sprintf("%s:%s", s.ref, s.ref))
+			for b.Loop() {
+				b.StopTimer()
+				root, err := newChangeTree(nextRun())
+				require.NoError(b, err)
+				bl := &builder{st: s.objs, objs: memory.NewStorage()}
+				c, err := bl.commit(s.tip, root, "bench\n", s.signature(), s.opts.CommitSigner)
+				require.NoError(b, err)
+				require.NoError(b, persistTo(s.st, bl.objs, bl.hashes))
+				require.NoError(b, s.st.SetReference(plumbing.NewHashReference(s.ref, c)))
+				s.tip = c
+				b.StartTimer()
+				ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+				err = repo.PushContext(ctx, &git.PushOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}})
+				cancel()
+				require.NoError(b, err)
+			}
+		})
+	}
+}
+
+// seedHTTP serves a copy of base on a new loopback smart-HTTP server.
+func seedHTTP(b *testing.B, base string) string {
+	b.Helper()
+	srv := gittest.NewHTTPServer(b)
+	url, dir := srv.NewRepo("evidence")
+	require.NoError(b, os.RemoveAll(dir))
+	copyRepo(b, base, dir)
+	gittest.Git(b, dir, "config", "http.receivepack", "true")
+	require.True(b, strings.HasSuffix(url, ".git"))
+	return url
+}

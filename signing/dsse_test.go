@@ -139,7 +139,7 @@ func TestStatementRefuses(t *testing.T) {
 				assert.NoError(t, err)
 				return
 			}
-			require.Error(t, err)
+			require.Error(t, err, "want an error containing %q", tc.want)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -64,7 +64,7 @@ func FuzzStatement(f *testing.F) {
 func FuzzParseTrustPolicy(f *testing.F) {
 	a := testKey(f, "a", AlgorithmECDSAP256)
 	b := testKey(f, "b", AlgorithmEd25519)
-	f.Add([]byte(policyYAML(a, b)))
+	f.Add([]byte(policyYAML(a, b, testKey(f, "reconciler", AlgorithmEd25519))))
 	f.Add([]byte("a: &x 1\nb: *x\n"))
 	f.Add([]byte("apiVersion: signet.dev/v1alpha1\nkind: TrustPolicy\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {

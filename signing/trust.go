@@ -280,6 +280,13 @@ func newTrustPolicy(doc trustPolicyDoc) (*TrustPolicy, error) {
 	if p.commit, err = p.idSet("spec.commitSigners", doc.Spec.CommitSigners); err != nil {
 		return nil, err
 	}
+	// Separation of duties: the reconciler's evidence key lives next to the
+	// runs it records; it must never be able to approve them.
+	for i, id := range doc.Spec.EvidenceSigners {
+		if p.approver[id] {
+			return nil, fmt.Errorf("spec.evidenceSigners[%d]: key %s is also an approver; a key that signs evidence may not approve", i, short(id))
+		}
+	}
 	th := &p.doc.Spec.Thresholds
 	for _, t := range []struct {
 		name string

@@ -16,7 +16,9 @@ func indentPEM(pub *PublicKey) string {
 	return "      " + strings.ReplaceAll(strings.TrimSpace(string(pub.MarshalPEM())), "\n", "\n      ")
 }
 
-func policyYAML(a, b *PrivateKey) string {
+// policyYAML trusts a and b as approvers (b also signs commits) and r as
+// the evidence signer.
+func policyYAML(a, b, r *PrivateKey) string {
 	return fmt.Sprintf(`apiVersion: signet.dev/v1alpha1
 kind: TrustPolicy
 metadata:
@@ -32,18 +34,21 @@ spec:
   - id: %s
     publicKey: %s
     revokedAt: 2026-12-01T00:00:00Z
+  - id: %s
+    publicKey: %s
   approvers: [%s, %s]
   thresholds:
     CertificationProfile: 2
   evidenceSigners: [%s]
   commitSigners: [%s]
-`, a.KeyID(), indentPEM(a.Public()), b.KeyID(), b.Public().SSHAuthorizedKey(), a.KeyID(), b.KeyID(), b.KeyID(), b.KeyID())
+`, a.KeyID(), indentPEM(a.Public()), b.KeyID(), b.Public().SSHAuthorizedKey(), r.KeyID(), r.Public().SSHAuthorizedKey(), a.KeyID(), b.KeyID(), r.KeyID(), b.KeyID())
 }
 
 func TestParseTrustPolicy(t *testing.T) {
 	a := testKey(t, "a", AlgorithmECDSAP256)
 	b := testKey(t, "b", AlgorithmEd25519)
-	src := policyYAML(a, b)
+	r := testKey(t, "reconciler", AlgorithmEd25519)
+	src := policyYAML(a, b, r)
 	p, err := ParseTrustPolicy("policy.yaml", []byte(src))
 	require.NoError(t, err)
 	assert.Equal(t, "prod", p.Name())
@@ -51,7 +56,7 @@ func TestParseTrustPolicy(t *testing.T) {
 	assert.Equal(t, "alice", p.Owner(a.KeyID()))
 	assert.Len(t, p.Approvers(), 2)
 	require.Len(t, p.EvidenceSigners(), 1)
-	assert.Equal(t, b.KeyID(), p.EvidenceSigners()[0].KeyID())
+	assert.Equal(t, r.KeyID(), p.EvidenceSigners()[0].KeyID())
 
 	// Round trip keeps the digest; any change changes it.
 	out, err := p.MarshalYAML()
@@ -82,7 +87,8 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 	a := testKey(t, "a", AlgorithmECDSAP256)
 	b := testKey(t, "b", AlgorithmEd25519)
 	c := testKey(t, "c", AlgorithmECDSAP256)
-	src := policyYAML(a, b)
+	r := testKey(t, "reconciler", AlgorithmEd25519)
+	src := policyYAML(a, b, r)
 	for _, tc := range []struct {
 		name string
 		in   string
@@ -90,7 +96,7 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 	}{
 		{"unknown field", strings.Replace(src, "  approvers:", "  approver: []\n  approvers:", 1), "field approver not found"},
 		{"duplicate key", strings.Replace(src, "kind: TrustPolicy\n", "kind: TrustPolicy\nkind: TrustPolicy\n", 1), `duplicate key "kind"`},
-		{"alias", strings.Replace(strings.Replace(src, "  approvers: [", "  approvers: &ids [", 1), "  evidenceSigners: ["+b.KeyID()+"]", "  evidenceSigners: *ids", 1), "anchors and aliases"},
+		{"alias", strings.Replace(strings.Replace(src, "  approvers: [", "  approvers: &ids [", 1), "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: *ids", 1), "anchors and aliases"},
 		{"two documents", src + "---\n" + src, "more than one YAML document"},
 		{"wrong kind", strings.Replace(src, "kind: TrustPolicy", "kind: Policy", 1), `kind: "Policy" is not "TrustPolicy"`},
 		{"wrong apiVersion", strings.Replace(src, "signet.dev/v1alpha1", "v1", 1), `apiVersion: "v1"`},
@@ -104,6 +110,7 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 		{"window reversed", strings.Replace(src, "notAfter: 2027-01-01T00:00:00Z", "notAfter: 2025-01-01T00:00:00Z", 1), "is not before notAfter"},
 		{"bad PEM", strings.Replace(src, "-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEX-----", 1), "spec.keys[0].publicKey"},
 		{"empty", "", "empty document"},
+		{"evidence signer also approver", strings.Replace(src, "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: ["+a.KeyID()+"]", 1), "spec.evidenceSigners[0]: key " + a.KeyID()[:16] + " is also an approver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTrustPolicy("policy.yaml", []byte(tc.in))

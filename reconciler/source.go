@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -21,10 +22,19 @@ import (
 	"signet.dev/signet/internal/gitfs"
 )
 
+// DefaultSourceTimeout bounds one Revision or Checkout of a GitSource
+// whose Timeout is zero.
+const DefaultSourceTimeout = 2 * time.Minute
+
 // GitSource reads the spec repository from a Git remote into a bare mirror
 // under the state directory. Trees are read from commits, never from a
 // working directory.
 type GitSource struct {
+	// Timeout bounds each Revision and Checkout as elapsed time, however
+	// the remote behaves (a remote that accepts and never answers
+	// included); DefaultSourceTimeout when zero. Set it before first use.
+	Timeout time.Duration
+
 	url    string
 	branch string
 	auth   transport.AuthMethod
@@ -84,8 +94,19 @@ func absURL(u string) string {
 	return u
 }
 
-// Revision asks the remote for the branch tip, as `git ls-remote` does.
+func (s *GitSource) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.Timeout
+	if d <= 0 {
+		d = DefaultSourceTimeout
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Revision asks the remote for the branch tip, as `git ls-remote` does,
+// within Timeout.
 func (s *GitSource) Revision(ctx context.Context) (string, error) {
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	rem, err := s.repo.Remote("origin")
 	if err != nil {
 		return "", err
@@ -103,8 +124,11 @@ func (s *GitSource) Revision(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("branch %q not found on the spec remote", s.branch)
 }
 
-// Checkout fetches rev when it is not in the mirror and returns its tree.
+// Checkout fetches rev when it is not in the mirror, within Timeout, and
+// returns its tree.
 func (s *GitSource) Checkout(ctx context.Context, rev string) (fs.FS, error) {
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.trees[rev]; ok {

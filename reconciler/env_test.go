@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const cluster = "test"
+const cluster = "acceptance"
 
 // env is one spec repository (which also holds the evidence branch), its
 // keys and trust policy, and a reconciler state directory.
@@ -34,13 +34,14 @@ type env struct {
 	repo  *testenv.Repo
 	state string
 	host  string
+	work  string // the local backend's work root, searchable by the check user
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	return &env{t: t, keys: testenv.NewKeys(t), repo: testenv.NewRepo(t), state: filepath.Join(t.TempDir(), "state"), host: host}
+	return &env{t: t, keys: testenv.NewKeys(t), repo: testenv.NewRepo(t), state: filepath.Join(t.TempDir(), "state"), host: host, work: filepath.Join(testenv.WorldDir(t), "work")}
 }
 
 // config is a reconciler config for the repository with the local backend
@@ -54,7 +55,7 @@ func (e *env) config() *reconciler.Config {
 		SigningKey:  e.keys.ReconcilerFile,
 		StateDir:    e.state,
 		Interval:    1,
-		Backends:    reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1}},
+		Backends:    reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: e.work}},
 	}
 }
 
@@ -63,7 +64,11 @@ func (e *env) build(cfg *reconciler.Config) *reconciler.Reconciler {
 	e.t.Helper()
 	sec, err := reconciler.LoadSecrets(cfg)
 	require.NoError(e.t, err)
-	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if os.Getenv("SIGNET_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: level}))
 	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, reconciler.Options{})
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() {
@@ -90,7 +95,12 @@ func (e *env) reconcileAndWait(r *reconciler.Reconciler) map[string]*reconciler.
 
 func (e *env) wait(r *reconciler.Reconciler, id string) *reconciler.RunStatus {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.t.Context(), 90*time.Second)
+	return e.waitFor(r, id, 90*time.Second)
+}
+
+func (e *env) waitFor(r *reconciler.Reconciler, id string, d time.Duration) *reconciler.RunStatus {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), d)
 	defer cancel()
 	st, err := r.Wait(ctx, id)
 	require.NoError(e.t, err, "run %s", id)

@@ -380,10 +380,15 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	}
 	ev.Verdict = specs.RunVerdict(canceled, verdicts)
 	skipped := slices.ContainsFunc(ev.Checks, func(s evidence.CheckSummary) bool { return s.Skipped })
+	// skippedVerdict(rs) would take rs.mu again: decide here, under the lock.
+	notRun := specs.VerdictError
+	if rs.canceled {
+		notRun = specs.VerdictCanceled
+	}
 	for _, n := range rs.nodeNames() {
 		vs := slices.Clone(rs.outcomes[n])
 		if skipped || len(vs) != len(ev.Checks) {
-			vs = append(vs, skippedVerdict(rs))
+			vs = append(vs, notRun)
 		}
 		nv := specs.NodeVerdict(vs)
 		if canceled && nv != specs.VerdictPass {

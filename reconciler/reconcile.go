@@ -413,6 +413,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 	if ok, err := r.store.Exists(ctx, rp); err != nil || ok {
 		if ok {
 			r.holds.release(rs.id, nodes)
+			r.nodesFreed()
 		}
 		return ok, err
 	}
@@ -431,8 +432,19 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 		return false, err
 	}
 	r.holds.release(rs.id, nodes)
+	r.nodesFreed()
 	r.log.Info("release recorded", "run", rs.id, "nodes", nodes, "keys", d.Keys)
 	return true, nil
+}
+
+// nodesFreed makes the next pass act again, even with nothing else
+// changed, so that a request waiting for the freed nodes (NodesBusy,
+// possibly looked at earlier in this very pass) is admitted.
+func (r *Reconciler) nodesFreed() {
+	r.mu.Lock()
+	r.dirty = true
+	r.mu.Unlock()
+	r.Trigger()
 }
 
 func short(rev string) string {

@@ -31,8 +31,11 @@ type Secrets struct {
 // String never shows a secret.
 func (Secrets) String() string { return "Secrets{redacted}" }
 
-// LoadSecrets reads every secret the configuration points at.
+// LoadSecrets reads every secret the configuration points at, after
+// filling its defaults (an evidence remote left unset is the spec remote,
+// with the spec's credentials).
 func LoadSecrets(cfg *Config) (*Secrets, error) {
+	cfg.withDefaults()
 	var s Secrets
 	read := func(field, file string) (string, error) {
 		if file == "" {

@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools clean
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools clean mutations
 
 all: build
 
@@ -40,6 +40,13 @@ demo: build
 ## bench: the benchmarks named in the issues.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
+
+## mutations: every mutation of hack/mutations.yaml must be caught by the test
+## named for it (internal/mutate). One only: make mutations MUTATION=<id>[,<id>…].
+## MUTATE_ARGS=-overlay leaves the working tree untouched (go test -overlay).
+mutations:
+	$(GO) build -o $(BIN)/mutate ./internal/mutate/cmd/mutate
+	$(BIN)/mutate -list hack/mutations.yaml $(if $(MUTATION),-only $(MUTATION)) $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(BIN) demo

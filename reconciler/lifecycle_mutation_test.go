@@ -283,3 +283,60 @@ func TestHoldsNeverShareANode(t *testing.T) {
 	require.Error(t, h.reserve("r2", []string{"n2"}), "a retained node was given to another run")
 	assert.Equal(t, []string{"n2"}, h.retainedBy("r1"))
 }
+
+// TestIntentDurableBeforeBackend: the backend is created only once the
+// check's intent is on the evidence branch (DESIGN §5.3), so that a restart
+// always knows what may exist.
+func TestIntentDurableBeforeBackend(t *testing.T) {
+	h := newHarness(t, specs.OnFailureContinue, "a")
+	var missing []string
+	be := &fakeBackend{}
+	be.run = func(ctx context.Context, c *CheckRun) (*CheckReport, error) {
+		ok, err := h.store.Exists(ctx, evidence.CheckIntentPath(h.dir, c.Index, c.Check.Name))
+		if err != nil || !ok {
+			missing = append(missing, c.Check.Name)
+		}
+		return reportingBackend(nil)(ctx, c)
+	}
+	_, err := h.reconciler(t, be).runCheck(t.Context(), h.runState(), 0, h.adm.ProfileObject.Spec.Checks[0], false)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "backend created before the check's intent was durable")
+}
+
+// TestScriptNotMatchingAdmissionIsNotRun: a script whose bytes at the
+// admitted spec commit do not hash to the admitted digest is never handed to
+// a backend.
+func TestScriptNotMatchingAdmissionIsNotRun(t *testing.T) {
+	h := newHarness(t, specs.OnFailureContinue, "a")
+	h.src.fsys.(fstest.MapFS)["bundle/a.sh"] = &fstest.MapFile{Data: []byte("#!/bin/sh\nrm -rf /\n"), Mode: 0o755}
+	var created int
+	be := &fakeBackend{run: func(ctx context.Context, c *CheckRun) (*CheckReport, error) {
+		created++
+		return reportingBackend(nil)(ctx, c)
+	}}
+	_, err := h.reconciler(t, be).runCheck(t.Context(), h.runState(), 0, h.adm.ProfileObject.Spec.Checks[0], false)
+	assert.ErrorContains(t, err, "does not match the admitted")
+	assert.Zero(t, created, "a script that does not match its admitted digest was run")
+}
+
+// TestEvidenceSignedByAnotherKeyIsNotTrusted: check evidence on the branch
+// counts only when this reconciler's key signed it; a planted Pass signed by
+// another key is refused, not taken as the check's verdict.
+func TestEvidenceSignedByAnotherKeyIsNotTrusted(t *testing.T) {
+	h := newHarness(t, specs.OnFailureContinue, "a")
+	ck := h.adm.ProfileObject.Spec.Checks[0]
+	other, err := signing.GenerateKey(signing.AlgorithmEd25519)
+	require.NoError(t, err)
+	st, err := signing.NewStatement(evidence.PredicateCheck, []signing.Subject{signing.SubjectFor("nodes/n1.json", specs.DigestOf([]byte("n1")))},
+		evidence.CheckEvidence{Run: "r1", Check: ck.Name, Verdict: specs.VerdictPass, Covered: true})
+	require.NoError(t, err)
+	planted, err := signing.SignStatement(st, other)
+	require.NoError(t, err)
+	_, err = h.store.Append(t.Context(), "planted", []evidence.File{{Path: evidence.CheckPath(h.dir, 0, ck.Name), Data: planted}})
+	require.NoError(t, err)
+
+	be := &fakeBackend{run: reportingBackend(nil)}
+	sum, err := h.reconciler(t, be).runCheck(t.Context(), h.runState(), 0, ck, false)
+	assert.NotEqual(t, specs.VerdictPass, sum.Verdict, "check evidence signed by another key was taken as the check's verdict")
+	assert.ErrorContains(t, err, "not signed by this reconciler's key")
+}

@@ -32,7 +32,7 @@ func run() int {
 		overlay  = flag.Bool("overlay", false, "hand mutated files to go test with -overlay instead of writing the tree")
 		baseline = flag.Bool("baseline", true, "require each named test to pass without its mutation first")
 		timeout  = flag.Duration("timeout", 10*time.Minute, "bound on one go test run, build included")
-		verbose  = flag.Bool("v", false, "print the test output of every mutation that is not caught")
+		verbose  = flag.Bool("v", false, "print the test output of every mutation")
 		check    = flag.Bool("check", false, "only check that every target occurs exactly once; run no test")
 	)
 	flag.Parse()
@@ -114,7 +114,7 @@ func run() int {
 			return 3
 		}
 		results = append(results, res)
-		if *verbose && res.Status != mutate.Caught && res.Output != "" {
+		if *verbose && res.Output != "" {
 			fmt.Fprintf(os.Stderr, "---- %s output:\n%s\n", res.Mutation.ID, res.Output)
 		}
 	}

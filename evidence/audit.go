@@ -7,17 +7,21 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -202,6 +206,9 @@ type branchReader struct {
 	tip     plumbing.Hash
 	repo    *git.Repository
 	cleanup func()
+	// reopen opens another read-only handle on the same objects, nil
+	// when the repository cannot be opened twice.
+	reopen func() (storer.EncodedObjectStorer, func(), error)
 }
 
 func (b *branchReader) close() {
@@ -237,7 +244,7 @@ func openBranch(ctx context.Context, repo string, auth Auth, branch string) (*br
 	if isRemoteURL(repo) {
 		return fetchBranch(ctx, repo, auth, ref)
 	}
-	r, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	r, closeStorage, err := openLocal(repo)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: could not open repository %s: %w", repo, err)
 	}
@@ -255,7 +262,53 @@ func openBranch(ctx context.Context, repo string, auth Auth, branch string) (*br
 	if tip.IsZero() {
 		return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, repo, branch)
 	}
-	return &branchReader{st: r.Storer, display: repo, branch: branch, tip: tip, repo: r}, nil
+	rd := &branchReader{st: r.Storer, display: repo, branch: branch, tip: tip, repo: r, cleanup: closeStorage}
+	if gitDir := localGitDir(repo); gitDir != "" {
+		rd.reopen = func() (storer.EncodedObjectStorer, func(), error) { return openStorage(gitDir) }
+	}
+	return rd, nil
+}
+
+// openLocal opens a local repository for reading only. A plain bare or
+// non-bare layout is opened with pack file descriptors kept open and the
+// object list cached (nothing writes through this handle), which makes
+// reading every object of a branch several times faster than go-git's
+// defaults; anything else (a linked worktree) goes through PlainOpen.
+func openLocal(repo string) (*git.Repository, func(), error) {
+	if gitDir := localGitDir(repo); gitDir != "" {
+		st, closeFn, err := openStorage(gitDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := git.Open(st, nil)
+		if err != nil {
+			closeFn()
+			return nil, nil, err
+		}
+		return r, closeFn, nil
+	}
+	r, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	return r, nil, err
+}
+
+// localGitDir returns the object directory's parent of a plain bare or
+// non-bare repository, "" for anything else.
+func localGitDir(repo string) string {
+	gitDir := repo
+	if fi, err := os.Stat(filepath.Join(repo, ".git")); err == nil && fi.IsDir() {
+		gitDir = filepath.Join(repo, ".git")
+	}
+	if fi, err := os.Stat(filepath.Join(gitDir, "objects")); err == nil && fi.IsDir() {
+		return gitDir
+	}
+	return ""
+}
+
+// openStorage opens gitDir's objects for reading only.
+func openStorage(gitDir string) (*filesystem.Storage, func(), error) {
+	st := filesystem.NewStorageWithOptions(osfs.New(gitDir, osfs.WithBoundOS()), cache.NewObjectLRU(64*cache.MiByte),
+		filesystem.Options{ExclusiveAccess: true, KeepDescriptors: true})
+	return st, func() { st.Close() }, nil
 }
 
 // readRaw returns the content of object h of type t.
@@ -316,6 +369,8 @@ type auditor struct {
 	docs     int
 	runs     []*runAudit
 	pool     *verifyPool
+	// Trees read for the current and the previous commit.
+	curTrees, prevTrees map[plumbing.Hash][]object.TreeEntry
 }
 
 func newAuditor(rd *branchReader, opts AuditOptions) *auditor {
@@ -387,7 +442,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 // only what changed, and verifies commit and document signatures on the
 // pool.
 func (a *auditor) replay(ctx context.Context, dir string) error {
-	a.pool = newVerifyPool(a.policy, a.opts.Workers)
+	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
 	defer a.pool.close()
 	// Commit signatures are checked on the pool too.
 	for _, c := range a.commits {
@@ -398,12 +453,15 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		a.prevTrees, a.curTrees = a.curTrees, map[plumbing.Hash][]object.TreeEntry{}
 		if err := a.diff(c, dir, prev, c.tree); err != nil {
 			return err
 		}
 		prev = c.tree
 	}
-	a.pool.wait()
+	if err := a.pool.wait(); err != nil {
+		return err
+	}
 	for _, c := range a.commits {
 		if r := c.sigErr; r.err != nil {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: r.err.Error()})
@@ -454,21 +512,13 @@ func (a *auditor) diff(c *commitInfo, dir string, old, new plumbing.Hash) error 
 	if old == new {
 		return nil
 	}
-	var oldEntries []object.TreeEntry
-	if !old.IsZero() {
-		t, err := object.GetTree(a.rd.st, old)
-		if err != nil {
-			return fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), old, err)
-		}
-		oldEntries = t.Entries
+	oldEntries, err := a.tree(dir, old)
+	if err != nil {
+		return err
 	}
-	var newEntries []object.TreeEntry
-	if !new.IsZero() {
-		t, err := object.GetTree(a.rd.st, new)
-		if err != nil {
-			return fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), new, err)
-		}
-		newEntries = t.Entries
+	newEntries, err := a.tree(dir, new)
+	if err != nil {
+		return err
 	}
 	byName := make(map[string]object.TreeEntry, len(newEntries))
 	for _, e := range newEntries {
@@ -515,6 +565,27 @@ func (a *auditor) diff(c *commitInfo, dir string, old, new plumbing.Hash) error 
 	return nil
 }
 
+// tree returns the entries of tree h (none for zero). Trees read for one
+// commit are kept for the next, whose parent side they are.
+func (a *auditor) tree(dir string, h plumbing.Hash) ([]object.TreeEntry, error) {
+	if h.IsZero() {
+		return nil, nil
+	}
+	if e, ok := a.curTrees[h]; ok {
+		return e, nil
+	}
+	if e, ok := a.prevTrees[h]; ok {
+		a.curTrees[h] = e
+		return e, nil
+	}
+	t, err := object.GetTree(a.rd.st, h)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), h, err)
+	}
+	a.curTrees[h] = t.Entries
+	return t.Entries, nil
+}
+
 func orRootDir(dir string) string {
 	if dir == "" {
 		return "/"
@@ -558,11 +629,16 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 			return nil
 		}
 	}
-	data, err := readRaw(a.rd.st, plumbing.BlobObject, e.Hash)
-	if err != nil {
-		return fmt.Errorf("evidence: %s: %w", p, err)
+	kind := classify(p)
+	f := &fileRec{path: p, blob: e.Hash, commit: c, landed: c}
+	var data []byte
+	if (kind != kindDocument && kind != kindApproval) || !a.pool.reads {
+		var err error
+		if data, err = readRaw(a.rd.st, plumbing.BlobObject, e.Hash); err != nil {
+			return fmt.Errorf("evidence: %s: %w", p, err)
+		}
+		f.digest = specs.DigestOf(data)
 	}
-	f := &fileRec{path: p, blob: e.Hash, commit: c, landed: c, digest: specs.DigestOf(data)}
 	if old := a.files[p]; old != nil {
 		f.landed = old.landed
 		if len(a.versions[p]) == 0 {
@@ -571,7 +647,7 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		a.versions[p] = append(a.versions[p], f)
 	}
 	a.files[p] = f
-	switch kind := classify(p); kind {
+	switch kind {
 	case kindDocument, kindApproval:
 		f.doc = &docRec{kind: kind}
 		a.docs++
@@ -658,25 +734,66 @@ type docRec struct {
 	approval  *signing.Approval
 }
 
-// verifyPool verifies signatures on a fixed number of goroutines. Reading
-// objects stays on the caller's goroutine (go-git storage is not safe for
-// concurrent use); only parsing and cryptography run here.
+// verifyPool verifies signatures on a fixed number of goroutines. go-git
+// storage is not safe for concurrent use, so each worker reads the blobs
+// of its documents through its own read-only handle when the repository
+// can be opened again (reads is true); otherwise the walker reads them.
 type verifyPool struct {
 	policy  *signing.TrustPolicy
 	signers []*signing.PublicKey
-	jobs    chan func()
+	jobs    chan func(st storer.EncodedObjectStorer)
+	reads   bool
 	wg      sync.WaitGroup
 	workers sync.WaitGroup
+
+	mu        sync.Mutex
+	approvals map[plumbing.Hash]*approvalResult // identical approval copies are parsed and checked once
+	errMu     sync.Mutex
+	err       error // the first read error of a worker
 }
 
-func newVerifyPool(p *signing.TrustPolicy, n int) *verifyPool {
-	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), jobs: make(chan func(), 4*n)}
-	for range n {
+type approvalResult struct {
+	once sync.Once
+	ap   *signing.Approval
+	err  error
+}
+
+func newVerifyPool(rd *branchReader, p *signing.TrustPolicy, n int) *verifyPool {
+	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), jobs: make(chan func(storer.EncodedObjectStorer), 4*n),
+		approvals: map[plumbing.Hash]*approvalResult{}}
+	var handles []storer.EncodedObjectStorer
+	var closers []func()
+	if rd.reopen != nil {
+		vp.reads = true
+		for range n {
+			st, closeFn, err := rd.reopen()
+			if err != nil {
+				vp.reads = false
+				break
+			}
+			handles, closers = append(handles, st), append(closers, closeFn)
+		}
+		if !vp.reads {
+			for _, c := range closers {
+				c()
+			}
+			handles, closers = nil, nil
+		}
+	}
+	for i := range n {
+		var st storer.EncodedObjectStorer
+		var closeFn func()
+		if vp.reads {
+			st, closeFn = handles[i], closers[i]
+		}
 		vp.workers.Add(1)
 		go func() {
 			defer vp.workers.Done()
+			if closeFn != nil {
+				defer closeFn()
+			}
 			for j := range vp.jobs {
-				j()
+				j(st)
 				vp.wg.Done()
 			}
 		}()
@@ -684,13 +801,19 @@ func newVerifyPool(p *signing.TrustPolicy, n int) *verifyPool {
 	return vp
 }
 
-func (vp *verifyPool) submit(f func()) {
+func (vp *verifyPool) submit(f func(storer.EncodedObjectStorer)) {
 	vp.wg.Add(1)
 	vp.jobs <- f
 }
 
-// wait waits for every job submitted so far.
-func (vp *verifyPool) wait() { vp.wg.Wait() }
+// wait waits for every job submitted so far and returns the first error
+// a worker had reading an object.
+func (vp *verifyPool) wait() error {
+	vp.wg.Wait()
+	vp.errMu.Lock()
+	defer vp.errMu.Unlock()
+	return vp.err
+}
 
 func (vp *verifyPool) close() {
 	close(vp.jobs)
@@ -698,22 +821,57 @@ func (vp *verifyPool) close() {
 }
 
 func (vp *verifyPool) submitCommit(c *commitInfo) {
-	vp.submit(func() {
+	vp.submit(func(storer.EncodedObjectStorer) {
 		c.sigErr.key, c.sigErr.err = verifyCommit(c.sigErr.raw, vp.policy, vp.signers, c.when)
 		c.sigErr.raw = nil
 	})
 }
 
+// submitDoc verifies f; data is nil when the worker reads the blob.
 func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
-	vp.submit(func() {
-		if f.doc.kind == kindApproval {
-			ap, err := signing.ParseApproval(f.path, data)
-			if err != nil {
-				f.doc.rule, f.doc.err = RuleApproval, err
+	vp.submit(func(st storer.EncodedObjectStorer) {
+		if data == nil {
+			var err error
+			if data, err = readRaw(st, plumbing.BlobObject, f.blob); err != nil {
+				vp.errMu.Lock()
+				if vp.err == nil {
+					vp.err = fmt.Errorf("evidence: %s: %w", f.path, err)
+				}
+				vp.errMu.Unlock()
 				return
 			}
-			f.doc.approval = ap
-			f.doc.statement = ap.Statement
+			f.digest = specs.DigestOf(data)
+		}
+		if f.doc.kind == kindApproval {
+			vp.mu.Lock()
+			r := vp.approvals[f.blob]
+			if r == nil {
+				r = &approvalResult{}
+				vp.approvals[f.blob] = r
+			}
+			vp.mu.Unlock()
+			r.once.Do(func() {
+				r.ap, r.err = signing.ParseApproval(f.path, data)
+				if r.err == nil {
+					// Decide checks (and caches) the approval's
+					// signatures against the policy: do it here, on
+					// the pool, once per distinct approval.
+					if subs := r.ap.Subjects(); len(subs) > 0 {
+						d, _ := r.ap.SubjectDigest(subs[0])
+						cluster := ""
+						if len(r.ap.Clusters) > 0 {
+							cluster = r.ap.Clusters[0]
+						}
+						vp.policy.Decide(subs[0], d, []*signing.Approval{r.ap}, cluster, time.Time{})
+					}
+				}
+			})
+			if r.err != nil {
+				f.doc.rule, f.doc.err = RuleApproval, r.err
+				return
+			}
+			f.doc.approval = r.ap
+			f.doc.statement = r.ap.Statement
 			return
 		}
 		f.doc.statement, f.doc.keys, f.doc.rule, f.doc.err = verifyDocument(data, vp.policy, vp.signers, f.commit.when)

@@ -33,6 +33,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
+	// Every place an error is counted exists from the start at 0, so that
+	// the series is scraped (and rate() works) before the first error.
+	for _, where := range []string{"reconcile", "run"} {
+		m.errors.WithLabelValues(where)
+	}
 	if reg != nil {
 		reg.MustRegister(m.runs, m.checks, m.errors, m.noops, m.reconcileDuration)
 	}

@@ -7,6 +7,8 @@ package testenv
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,39 +32,47 @@ import (
 
 var (
 	buildOnce sync.Once
-	buildDir  string
 	buildBin  string
 	buildErr  error
 )
 
-// Signet returns the path of the signet binary, built from this module once
-// per test process. Call Cleanup from TestMain to remove it.
+// Signet returns the path of the signet binary, built from this module's
+// working tree once per test process. The binary lives at one stable path
+// per module checkout in the system temporary directory, replaced
+// atomically (rename) by each build, so that concurrent test processes
+// never see a partial file and nothing accumulates.
 func Signet(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "signet-testenv-bin-")
-		if buildErr != nil {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "signet-testenv-"+hex.EncodeToString(sum[:6]))
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
 			return
 		}
-		buildBin = filepath.Join(buildDir, "signet")
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/signet")
+		tmp, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.Command("go", "build", "-o", filepath.Join(tmp, "signet"), "./cmd/signet")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/signet: %w\n%s", err, out)
+			return
 		}
+		buildBin = filepath.Join(dir, "signet")
+		buildErr = os.Rename(filepath.Join(tmp, "signet"), buildBin)
 	})
 	require.NoError(t, buildErr)
 	return buildBin
 }
 
-// Cleanup removes the binary Signet built, if any.
-func Cleanup() {
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-}
+// Cleanup is kept for TestMain functions; the binary stays at its stable
+// path for the next test process.
+func Cleanup() {}
 
 // WorldDir returns a fresh directory that every user may write to (mode
 // 0777, in the system temporary directory), removed when the test ends:

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/specs"
+)
+
+// TestStatus: signet status lists the runs with phase, verdict and
+// receipt sequence, each node's latest verdict, and Kubernetes-style
+// conditions per run in JSON.
+func TestStatus(t *testing.T) {
+	f := evidenceFixture(t)
+	out, stderr, code := runSigningCLI(t, "status", "--repo", f.Repo, "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Len(t, st.Runs, 2)
+	for i, r := range st.Runs {
+		assert.Equal(t, f.Runs[i], r.Run)
+		assert.Equal(t, evidence.PhaseDone, r.Phase)
+		assert.Equal(t, specs.VerdictPass, r.Verdict)
+		assert.Equal(t, int64(i+1), r.ReceiptSequence)
+		require.Len(t, r.Conditions, 1)
+		assert.Equal(t, meta.ReadyCondition, r.Conditions[0].Type)
+		assert.Equal(t, metav1.ConditionTrue, r.Conditions[0].Status)
+		assert.Equal(t, meta.SucceededReason, r.Conditions[0].Reason)
+	}
+	require.Len(t, st.Nodes, 1)
+	assert.Equal(t, "run-b", st.Nodes[0].Run)
+
+	out, _, code = runSigningCLI(t, "status", "--repo", f.Repo, "--cluster", evidencetest.Cluster)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "run-a")
+	assert.Contains(t, out, "#2")
+
+	_, _, code = runSigningCLI(t, "status")
+	assert.Equal(t, 2, code)
+}
+
+// TestStatusConditions: conditions follow the phase a run reached.
+func TestStatusConditions(t *testing.T) {
+	now := mustTime(t, "2026-11-30T12:00:00Z")
+	for _, tc := range []struct {
+		name   string
+		run    evidence.RunStatus
+		types  []string
+		reason string
+	}{
+		{"passed", evidence.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictPass}, []string{meta.ReadyCondition}, meta.SucceededReason},
+		{"failed", evidence.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictFail}, []string{meta.ReadyCondition}, meta.FailedReason},
+		{"running", evidence.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(1)}, []string{meta.ReadyCondition, meta.ReconcilingCondition}, meta.ProgressingReason},
+		{"past deadline", evidence.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(-evidence.DefaultGrace - 1)}, []string{meta.ReadyCondition, meta.StalledCondition}, "DeadlineExceeded"},
+		{"unreadable", evidence.RunStatus{Phase: evidence.PhaseUnknown, Problem: "admission.json: bad"}, []string{meta.ReadyCondition, meta.StalledCondition}, meta.FailedReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := runConditions(tc.run, now)
+			var types []string
+			for _, c := range cs {
+				types = append(types, c.Type)
+			}
+			assert.Equal(t, tc.types, types)
+			assert.Equal(t, tc.reason, cs[0].Reason)
+		})
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339, s)
+	require.NoError(t, err)
+	return v
+}

@@ -471,7 +471,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 // flushObjects is how many created objects the store keeps in memory
 // before writing them to the mirror as one packfile (about 90 appends of
 // a run's 21 documents).
-const flushObjects = 2048
+var flushObjects = 2048
 
 // keep moves the objects of a built commit into the overlay, flushing it
 // when full.

@@ -83,6 +83,27 @@ func TestAuditBranch(t *testing.T) {
 		assert.Len(t, rep.Runs, 2)
 	})
 
+	t.Run("rewritten history through a remote URL", func(t *testing.T) {
+		c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+		require.NoError(t, err)
+		pinned, err := c.Tip()
+		require.NoError(t, err)
+		commits, err := c.Commits()
+		require.NoError(t, err)
+		// Force the branch back one commit: the pinned tip is gone.
+		_, err = c.Git("update-ref", "refs/heads/"+tip, commits[len(commits)-2])
+		require.NoError(t, err)
+		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + c.Dir, Policy: f.Policy, Since: pinned})
+		require.NoError(t, err)
+		got := findings(rep, evidence.RuleHistoryRewritten)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Equal(t, pinned, got[0].Commit)
+		// Pinned at an ancestor, the same branch is fine.
+		rep, err = evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + c.Dir, Policy: f.Policy, Since: commits[1]})
+		require.NoError(t, err)
+		assert.Empty(t, findings(rep, evidence.RuleHistoryRewritten))
+	})
+
 	t.Run("git fsck --strict", func(t *testing.T) {
 		out, err := evidencetest.Git(f.Repo, nil, "fsck", "--strict", "--no-progress", "--no-dangling")
 		require.NoError(t, err, out)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/revlist"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/stretchr/testify/require"
 
@@ -248,6 +249,33 @@ func BenchmarkPush(b *testing.B) {
 				err = repo.PushContext(ctx, &git.PushOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{spec}})
 				cancel()
 				require.NoError(b, err)
+			}
+		})
+	}
+}
+
+// BenchmarkRevlist isolates what go-git's Remote.Push computes before it
+// sends anything (go-git issue #1102): revlist.Objects from the new
+// commit, excluding everything reachable from the remote's tip. Its cost
+// grows with the branch; signet's push skips it, sending the objects the
+// append created.
+func BenchmarkRevlist(b *testing.B) {
+	bases := newBaseRepos(b)
+	for _, runs := range benchSizes {
+		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
+			base := bases.get(b, runs)
+			s := benchStore(b, base, base)
+			old := s.tip
+			root, err := newChangeTree(nextRun())
+			require.NoError(b, err)
+			bl := &builder{st: s.objs, objs: memory.NewStorage()}
+			c, err := bl.commit(old, root, "bench\n", s.signature(), s.opts.CommitSigner)
+			require.NoError(b, err)
+			require.NoError(b, persistTo(s.st, bl.objs, bl.hashes))
+			for b.Loop() {
+				hs, err := revlist.Objects(s.st, []plumbing.Hash{c}, []plumbing.Hash{old})
+				require.NoError(b, err)
+				require.Len(b, hs, len(bl.hashes))
 			}
 		})
 	}

@@ -382,6 +382,19 @@ func TestRestartKeepsTip(t *testing.T) {
 	assert.Equal(t, c, s.Tip())
 	assert.Equal(t, c, s.pushed.String())
 
+	// A crash before the mirror was flushed: the remembered tip is not in
+	// the mirror; the fetch at Open brings it back.
+	c2, err := s.Append(t.Context(), "m", runFiles("c", "r2", 2, 10))
+	require.NoError(t, err)
+	s.overlay = newOverlay() // lost with the process
+	s.objs.top = s.overlay
+	require.NoError(t, s.Close())
+	s = openStore(t, opts)
+	assert.Equal(t, c2, s.Tip())
+	got, err := s.Read(t.Context(), IndexPath("c", "r2"))
+	require.NoError(t, err)
+	assert.Equal(t, RunDir("c", "r2", day)+"\n", string(got))
+
 	// Another remote over the same StateDir is refused.
 	other := opts
 	other.URL = bareRemote(t)

@@ -91,3 +91,24 @@ func ReadArchive(file string, base fstest.MapFS) (fstest.MapFS, error) {
 	}
 	return fsys, nil
 }
+
+// ReadInput reads one input file. A file named X.repeat stands for the
+// input X: its first line is a byte count N, and the input is the rest of
+// the file repeated, then cut, to exactly N bytes (a size bound's input
+// without checking in megabytes). It returns the input's name (X) too.
+func ReadInput(file string) (name string, data []byte, err error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", nil, err
+	}
+	name, ok := strings.CutSuffix(file, ".repeat")
+	if !ok {
+		return file, b, nil
+	}
+	first, unit, _ := bytes.Cut(b, []byte("\n"))
+	n, err := strconv.Atoi(strings.TrimSpace(string(first)))
+	if err != nil || n < 0 || len(unit) == 0 {
+		return "", nil, fmt.Errorf("%s: want a byte count on the first line and a unit after it", file)
+	}
+	return name, bytes.Repeat(unit, n/len(unit)+1)[:n], nil
+}

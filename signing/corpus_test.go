@@ -1,0 +1,133 @@
+package signing_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/corpus"
+	"signet.dev/signet/signing"
+)
+
+const corpusDir = "testdata/corpus"
+
+// signingReasons are the rejection reasons the signing package states:
+// its sentinel errors, its verification failures (verificationErrorf) and
+// the message of every errors.New and fmt.Errorf, less the ones that only
+// wrap another error, name a file, or refuse a caller's mistake while
+// signing rather than an input (listed in Ignore).
+func signingReasons(t *testing.T) []corpus.Reason {
+	t.Helper()
+	rs, err := corpus.Scan(corpus.Source{
+		Dir:       ".",
+		Formats:   map[string]int{"verificationErrorf": 1, "errors.New": 0, "fmt.Errorf": 0},
+		Sentinels: true,
+		Ignore: []string{
+			// Wrappers: the wrapped error is the reason.
+			"%s", "%s: %s", "%s: %w", "envelope: %w", "statement: %w", "approval: %w",
+			"approval: subject[%d]: %w", "%s: statement: subject[%d]: %w", "trust policy %s: %w",
+			"could not read %s: %w", "%s.publicKey: %w", "%s: verification failed: %s",
+			// Signing, encoding and key generation: a caller's mistake or
+			// a crypto library failure, not a refused input.
+			"sign: %w", "sign: encoding envelope: %w", "sign: encoding statement: %w", "sign: key %s given twice",
+			"sign: key %s: %w", "sign: no key", "sign: no statement", "sign: statement _type %q is not %q",
+			"statement: predicate: %w", "encoding private key: %w", "encoding public key for ssh: %w",
+			"encoding public key: %w", "encoding trust policy: %w", "encrypting private key: %w",
+			"canonicalizing trust policy: %w", "generating ecdsa-p256 key: %w", "generating ed25519 key: %w",
+			"algorithm %q is not %s or %s", "loading signer: %w", "loading verifier: %w", "ssh signer: %w",
+			"approval file name: %w", "approval file name: no subject",
+		},
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, rs)
+	return rs
+}
+
+// corpusMessages runs one input through the real parser its name says:
+//
+//   - X.trust.yaml: signing.ParseTrustPolicy;
+//   - X.envelope.json: signing.ParseEnvelope, then Statement;
+//   - X.approval.json: signing.ParseApproval (signatures are not checked);
+//   - X.key: signing.ParsePrivateKeyPEM, with the passphrase "wrong" when
+//     X ends in ".wrongpass";
+//   - X.pub: signing.ParsePublicKeyPEM; X.ssh.pub: ParseSSHAuthorizedKey;
+//   - X.commit: signing.VerifyCommitSignature under valid.trust.yaml.
+func corpusMessages(t *testing.T, file string) []string {
+	t.Helper()
+	name, b, err := corpus.ReadInput(file)
+	require.NoError(t, err)
+	errs := func(err error) []string {
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return nil
+	}
+	switch {
+	case strings.HasSuffix(name, ".trust.yaml"):
+		_, err := signing.ParseTrustPolicy(filepath.Base(name), b)
+		return errs(err)
+	case strings.HasSuffix(name, ".envelope.json"):
+		env, err := signing.ParseEnvelope(b)
+		if err != nil {
+			return errs(err)
+		}
+		_, err = env.Statement()
+		return errs(err)
+	case strings.HasSuffix(name, ".approval.json"):
+		_, err := signing.ParseApproval(filepath.Base(name), b)
+		return errs(err)
+	case strings.HasSuffix(name, ".wrongpass.key"):
+		_, err := signing.ParsePrivateKeyPEM(b, []byte("wrong"))
+		return errs(err)
+	case strings.HasSuffix(name, ".key"):
+		_, err := signing.ParsePrivateKeyPEM(b, nil)
+		return errs(err)
+	case strings.HasSuffix(name, ".ssh.pub"):
+		_, err := signing.ParseSSHAuthorizedKey(b)
+		return errs(err)
+	case strings.HasSuffix(name, ".pub"):
+		_, err := signing.ParsePublicKeyPEM(b)
+		return errs(err)
+	case strings.HasSuffix(name, ".commit"):
+		p, err := signing.LoadTrustPolicy(filepath.Join(corpusDir, "valid.trust.yaml"))
+		require.NoError(t, err)
+		_, err = signing.VerifyCommitSignature(b, p, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+		return errs(err)
+	}
+	require.Failf(t, "unknown input kind", "%s", file)
+	return nil
+}
+
+// TestCorpus runs every checked-in bad input and requires the reason the
+// manifest names for it.
+func TestCorpus(t *testing.T) {
+	reasons := signingReasons(t)
+	entries, err := corpus.Load(corpusDir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		t.Run(e.Input, func(t *testing.T) {
+			msgs := corpusMessages(t, filepath.Join(corpusDir, e.Input))
+			if e.Reason == "" { // a control input: valid
+				assert.Empty(t, msgs)
+				return
+			}
+			r, ok := corpus.Find(reasons, e.Reason)
+			require.True(t, ok, "the manifest names %q, which the signing source no longer states", e.Reason)
+			assert.True(t, r.Matches(msgs), "want reason %q (%s); got:\n%s", r.ID, r.Where, strings.Join(msgs, "\n"))
+		})
+	}
+}
+
+// TestCorpusCoverage lists every reason of the signing source that no
+// input reaches, and fails when there is one not owned up to in
+// testdata/corpus/uncovered.json.
+func TestCorpusCoverage(t *testing.T) {
+	reasons := signingReasons(t)
+	entries, err := corpus.Load(corpusDir)
+	require.NoError(t, err)
+	corpus.RequireCovered(t, corpusDir, reasons, entries)
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"signet.dev/signet/internal/corpus"
 	"signet.dev/signet/internal/gittest"
 	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
 )
 
 const corpusDir = "testdata/corpus"
@@ -50,6 +52,12 @@ func evidenceReasons(t *testing.T) []corpus.Reason {
 //	git-merge PATH          a merge commit whose side branch adds PATH
 //	pin NAME                remember the branch tip as NAME
 //	git-reset NAME          point the branch at NAME (stock git update-ref)
+//	sign KEY PATH PRED JSON an unsigned commit adding PATH: a DSSE envelope of
+//	                        an in-toto statement of predicate type
+//	                        https://signet.dev/PRED/v1 and predicate JSON, signed
+//	                        by testdata/corpus/KEY.key (test-only keys: "evidence"
+//	                        is the trust policy's evidence signer, "approver" an
+//	                        approver)
 //	audit [since=NAME]      evidence.Audit under testdata/corpus/trust.yaml
 //	verify RUN              evidence.Verify of RUN
 //
@@ -202,6 +210,19 @@ func (s *scenario) step(op string, args []string) {
 		s.git("checkout", "-q", "-B", "w", "refs/remotes/b/tip")
 		s.git("-c", "user.name=corpus", "-c", "user.email=corpus@example.invalid", "merge", "-q", "--no-ff", "-m", "merge", "side")
 		gittest.Git(t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/"+evidence.DefaultBranch)
+	case "sign":
+		require.GreaterOrEqual(t, len(args), 4, "sign KEY PATH PRED JSON")
+		key, err := signing.LoadPrivateKey(filepath.Join(corpusDir, args[0]+".key"), nil)
+		require.NoError(t, err)
+		st, err := signing.NewStatement("https://signet.dev/"+args[2]+"/v1",
+			[]signing.Subject{signing.SubjectFor("corpus", specs.DigestOf([]byte("corpus")))},
+			json.RawMessage(strings.Join(args[3:], " ")))
+		require.NoError(t, err)
+		env, err := signing.SignStatement(st, key)
+		require.NoError(t, err)
+		s.checkout()
+		s.write(args[1], string(env))
+		s.commitAndPush("sign " + args[1])
 	case "pin":
 		s.pins[args[0]] = gittest.Git(t, s.bare, "rev-parse", "refs/heads/"+evidence.DefaultBranch)
 	case "git-reset":

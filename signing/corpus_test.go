@@ -1,6 +1,8 @@
 package signing_test
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,20 +13,22 @@ import (
 
 	"signet.dev/signet/internal/corpus"
 	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
 )
 
 const corpusDir = "testdata/corpus"
 
 // signingReasons are the rejection reasons the signing package states:
-// its sentinel errors, its verification failures (verificationErrorf) and
-// the message of every errors.New and fmt.Errorf, less the ones that only
+// its sentinel errors, its verification failures (verificationErrorf), the
+// message of every errors.New and fmt.Errorf and the format of every
+// fmt.Sprintf (an approval decision's reasons), less the ones that only
 // wrap another error, name a file, or refuse a caller's mistake while
 // signing rather than an input (listed in Ignore).
 func signingReasons(t *testing.T) []corpus.Reason {
 	t.Helper()
 	rs, err := corpus.Scan(corpus.Source{
 		Dir:       ".",
-		Formats:   map[string]int{"verificationErrorf": 1, "errors.New": 0, "fmt.Errorf": 0},
+		Formats:   map[string]int{"verificationErrorf": 1, "errors.New": 0, "fmt.Errorf": 0, "fmt.Sprintf": 0},
 		Sentinels: true,
 		Ignore: []string{
 			// Wrappers: the wrapped error is the reason.
@@ -40,6 +44,8 @@ func signingReasons(t *testing.T) []corpus.Reason {
 			"canonicalizing trust policy: %w", "generating ecdsa-p256 key: %w", "generating ed25519 key: %w",
 			"algorithm %q is not %s or %s", "loading signer: %w", "loading verifier: %w", "ssh signer: %w",
 			"approval file name: %w", "approval file name: no subject",
+			// Names and paths built with Sprintf, not reasons.
+			"%s-%s-%s.json", "%s-and-%d-more", "%s[%d]", "spec.keys[%d]", "%s.%s",
 		},
 	})
 	require.NoError(t, err)
@@ -55,7 +61,10 @@ func signingReasons(t *testing.T) []corpus.Reason {
 //   - X.key: signing.ParsePrivateKeyPEM, with the passphrase "wrong" when
 //     X ends in ".wrongpass";
 //   - X.pub: signing.ParsePublicKeyPEM; X.ssh.pub: ParseSSHAuthorizedKey;
-//   - X.commit: signing.VerifyCommitSignature under valid.trust.yaml.
+//   - X.commit: signing.VerifyCommitSignature under valid.trust.yaml;
+//   - X.decide.json: TrustPolicy.Decide of a subject and digest over the
+//     approvals and under the policy it names, at its "now"; the messages
+//     are the decision's reasons.
 func corpusMessages(t *testing.T, file string) []string {
 	t.Helper()
 	name, b, err := corpus.ReadInput(file)
@@ -97,6 +106,27 @@ func corpusMessages(t *testing.T, file string) []string {
 		require.NoError(t, err)
 		_, err = signing.VerifyCommitSignature(b, p, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 		return errs(err)
+	case strings.HasSuffix(name, ".decide.json"):
+		var d struct {
+			Policy, Subject, Digest, Cluster string
+			Now                              time.Time
+			Approvals                        []string
+		}
+		require.NoError(t, json.Unmarshal(b, &d))
+		p, err := signing.LoadTrustPolicy(filepath.Join(corpusDir, d.Policy))
+		require.NoError(t, err)
+		var approvals []*signing.Approval
+		for _, f := range d.Approvals {
+			raw, err := os.ReadFile(filepath.Join(corpusDir, f))
+			require.NoError(t, err)
+			a, err := signing.ParseApproval(f, raw)
+			require.NoError(t, err)
+			approvals = append(approvals, a)
+		}
+		digest, err := specs.ParseDigest(d.Digest)
+		require.NoError(t, err)
+		// An approved decision may still say why an approval did not count.
+		return p.Decide(d.Subject, digest, approvals, d.Cluster, d.Now).Reasons
 	}
 	require.Failf(t, "unknown input kind", "%s", file)
 	return nil

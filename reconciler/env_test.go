@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,6 +63,15 @@ func (e *env) config() *reconciler.Config {
 // build wires a reconciler for cfg; it is closed when the test ends.
 func (e *env) build(cfg *reconciler.Config) *reconciler.Reconciler {
 	e.t.Helper()
+	r, _ := e.buildStoppable(cfg)
+	return r
+}
+
+// buildStoppable is build that also returns a function stopping the
+// reconciler and releasing its state directory (as a process exit would),
+// so that another reconciler can take over.
+func (e *env) buildStoppable(cfg *reconciler.Config) (*reconciler.Reconciler, func()) {
+	e.t.Helper()
 	sec, err := reconciler.LoadSecrets(cfg)
 	require.NoError(e.t, err)
 	level := slog.LevelWarn
@@ -71,14 +81,18 @@ func (e *env) build(cfg *reconciler.Config) *reconciler.Reconciler {
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: level}))
 	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, reconciler.Options{})
 	require.NoError(e.t, err)
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-		_ = store.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = r.Close(ctx)
+			_ = store.Close()
+		})
+	}
+	e.t.Cleanup(stop)
 	require.NoError(e.t, r.Recover(e.t.Context()))
-	return r
+	return r, stop
 }
 
 // reconcileAndWait runs one pass and waits for every run it admitted.

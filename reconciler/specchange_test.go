@@ -139,8 +139,9 @@ func TestApprovedCancelStopsTheRunningCheck(t *testing.T) {
 	assert.Equal(t, []string{"long-1/long"}, e.repo.Effects(), "the check after the cancel never ran")
 }
 
-// TestReleaseLiftsRetainedReservation: a failed run retains its node; a
-// second request for it waits (NodesBusy); release: true without its own
+// TestReleaseLiftsRetainedReservation: a failed run retains its node,
+// also across a restart; a second request for it waits (NodesBusy);
+// release: true without its own
 // approval does nothing; with it, release.json is written and the waiting
 // request is admitted.
 func TestReleaseLiftsRetainedReservation(t *testing.T) {
@@ -151,10 +152,15 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	e.repo.Commit("first")
 	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"b-first")
 
-	r := e.build(e.config())
-	runs := e.reconcileAndWait(r)
+	r0, stop := e.buildStoppable(e.config())
+	runs := e.reconcileAndWait(r0)
 	require.Equal(t, specs.VerdictFail, runs["b-first"].Verdict)
 	assert.Equal(t, []string{e.host}, runs["b-first"].Retained)
+	// A restarted reconciler holds the retained node again, from the
+	// evidence branch alone.
+	stop()
+	r := e.build(e.config())
+	assert.Equal(t, "b-first", r.Status().Holds[e.host])
 
 	// Sorted before b-first, so it is looked at first in every pass.
 	e.repo.AddRequest("a-second", "passing")

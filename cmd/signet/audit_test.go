@@ -182,6 +182,18 @@ func TestAuditTamper(t *testing.T) {
 			require.NoError(t, err)
 			return []string{"--since", pinned}, evidence.RuleHistoryRewritten, "", ""
 		}},
+		{"admission backed by an approval of a key that may not approve", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			p := runDir(c, "run-a") + "/" + evidence.AdmissionFile
+			ap, err := c.Find("/run-a/approvals/")
+			require.NoError(t, err)
+			forged := resign(read(c, ap), other, nil)
+			adm := resign(read(c, p), f.Reconciler, func(pred map[string]any) {
+				pred["approvals"].([]any)[0].(map[string]any)["digest"] = string(specs.DigestOf(forged))
+			})
+			_, err = c.Rewrite(landed(c, p), map[string][]byte{ap: forged, p: adm})
+			require.NoError(t, err)
+			return nil, evidence.RuleApproval, "run-a", p
+		}},
 		{"document copied from another run's directory", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			from := runDir(c, "run-a") + "/checks/00-first.intent.json"
 			p := runDir(c, "run-b") + "/checks/00-first.intent.json"

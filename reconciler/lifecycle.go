@@ -296,6 +296,12 @@ func evaluateCheck(rs *runState, cr *CheckRun, intent evidence.FileRef, report *
 		case p == nil:
 			po.Verdict, po.Reason = specs.VerdictError, "coverage: no workload was observed for this participant"
 			ce.Covered = false
+		case !p.Termination.Started:
+			// Nothing ran, so there is no workload to identify: say why
+			// it never started rather than report a coverage mismatch.
+			po.Identity = p.Identity
+			po.Verdict, po.Reason = specs.VerdictError, specs.Evaluate(exp, p.Termination, nil).Reason
+			ce.Covered = false
 		case p.Identity.Workload == "" || p.Identity.Node != part.Node || p.Identity.NodeUID != part.UID:
 			po.Identity = p.Identity
 			po.Verdict = specs.VerdictError

@@ -41,6 +41,7 @@ func TestResultMatrix(t *testing.T) {
 		{testenv.Check{Name: "other-exit", Script: "result Pass; exit 3"}, specs.VerdictError, "exit code 3 is not 0, 1 or 2", ""},
 		{testenv.Check{Name: "signal", Script: "result Pass; kill -KILL $$"}, specs.VerdictError, "killed by signal SIGKILL", ""},
 		{testenv.Check{Name: "deadline", Deadline: 2, Script: "result Pass; sleep 300 & echo $! > " + pidFile + "; sleep 300; exit 0"}, specs.VerdictError, "deadline exceeded", ""},
+		{testenv.Check{Name: "never-started", Raw: true, Script: "#!/nonexistent/interpreter\nexit 0\n"}, specs.VerdictError, "never started", ""},
 		{testenv.Check{Name: "staged", Stage: "burn-in", Script: `SUMMARY="stage=${SIGNET_STAGE_NAME-unset}" result Pass; exit 0`}, specs.VerdictPass, "valid Pass", "stage=burn-in"},
 		{testenv.Check{Name: "unstaged", Script: `SUMMARY="stage=${SIGNET_STAGE_NAME-unset}" result Pass; exit 0`}, specs.VerdictPass, "valid Pass", "stage=unset"},
 	}
@@ -75,7 +76,9 @@ func TestResultMatrix(t *testing.T) {
 				require.NotNil(t, p.Result)
 				assert.Equal(t, row.summary, p.Result.Summary)
 			}
-			assert.True(t, strings.HasPrefix(p.Identity.Workload, "pid:"), "workload identity %q", p.Identity.Workload)
+			if row.check.Name != "never-started" {
+				assert.True(t, strings.HasPrefix(p.Identity.Workload, "pid:"), "workload identity %q", p.Identity.Workload)
+			}
 			_, ok = docs.intents[row.check.Name]
 			assert.True(t, ok, "no intent for %s", row.check.Name)
 		})
@@ -101,7 +104,7 @@ func TestResultMatrix(t *testing.T) {
 		assert.Equal(t, specs.VerdictFail, runs["matrix-1"].Verdict)
 	})
 	t.Run("every check ran exactly once", func(t *testing.T) {
-		assert.Len(t, e.repo.Effects(), len(rows))
+		assert.Len(t, e.repo.Effects(), len(rows)-1, "every check but never-started")
 	})
 }
 

@@ -103,7 +103,9 @@ func TestEditAfterAdmissionIsRefused(t *testing.T) {
 func TestApprovedCancelStopsTheRunningCheck(t *testing.T) {
 	e := newEnv(t)
 	e.repo.AddProfile("long", "",
-		testenv.Check{Name: "long", Deadline: 120, Script: "sleep 60; result Pass; exit 0"},
+		// Ignores SIGTERM (and so does its sleep): only the KILL after
+		// the grace period stops it.
+		testenv.Check{Name: "long", Deadline: 120, Script: "trap '' TERM; sleep 60; result Pass; exit 0"},
 		testenv.Check{Name: "after", Script: "result Pass; exit 0"})
 	e.repo.AddRequest("long-1", "long")
 	e.repo.Commit("specs")
@@ -136,6 +138,11 @@ func TestApprovedCancelStopsTheRunningCheck(t *testing.T) {
 	e.evidence().Document(path.Join(docs.dir, evidence.CancelFile), evidence.PredicateCancel, &act)
 	assert.Equal(t, "cancel", act.Action)
 	assert.NotEmpty(t, act.Approvals)
+	// Stopped within the grace period (1 s) of the durable cancel, plus
+	// scheduling slack, and by the KILL that follows it.
+	ended := docs.checks["long"].EndedAt.Sub(act.At)
+	assert.Less(t, ended, 3*time.Second, "the check outlived the grace period after the cancel")
+	assert.Contains(t, docs.checks["long"].Reason, "SIGKILL")
 	assert.Equal(t, []string{"long-1/long"}, e.repo.Effects(), "the check after the cancel never ran")
 }
 

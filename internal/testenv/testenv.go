@@ -160,7 +160,8 @@ type Check struct {
 	Deadline int    // seconds; 10 when zero
 	Stage    string
 	Backend  string // "local" when empty
-	Workload string // YAML of spec.checks[].workload, indented by the caller's choice (raw, one line JSON is fine)
+	Workload string // spec.checks[].workload as one line of flow YAML
+	Raw      bool   // Script is the whole file, without the prelude
 }
 
 // Prelude is prepended to every generated script: it records one side
@@ -220,7 +221,11 @@ func (r *Repo) AddProfile(name, onFailure string, checks ...Check) {
 	bundle := "bundles/" + name
 	var b strings.Builder
 	for _, c := range checks {
-		r.WriteFile(path.Join(bundle, c.Name+".sh"), Script(r.Side, c.Script))
+		text := Script(r.Side, c.Script)
+		if c.Raw {
+			text = c.Script
+		}
+		r.WriteFile(path.Join(bundle, c.Name+".sh"), text)
 	}
 	d, _, err := specs.BundleDigest(os.DirFS(r.Dir), bundle)
 	require.NoError(r.t, err)

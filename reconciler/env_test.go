@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
@@ -181,6 +183,13 @@ func (e *env) readRun(run string) *runDocs {
 	ev.Document(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, &d.evidence)
 	ev.Document(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, &d.receipt)
 	return d
+}
+
+// audit runs `signet audit` on the evidence branch and requires it clean.
+func (e *env) audit() {
+	e.t.Helper()
+	out, err := exec.CommandContext(e.t.Context(), testenv.Signet(e.t), "audit", "--repo", e.repo.Dir, "--trust", e.keys.TrustFile).CombinedOutput()
+	assert.NoError(e.t, err, "signet audit:\n%s", out)
 }
 
 type testWriter struct{ t *testing.T }

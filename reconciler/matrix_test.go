@@ -103,6 +103,7 @@ func TestResultMatrix(t *testing.T) {
 		assert.Equal(t, "matrix-1", r.Status().Holds[e.host])
 		assert.Equal(t, specs.VerdictFail, runs["matrix-1"].Verdict)
 	})
+	t.Run("audit", func(t *testing.T) { e.audit() })
 	t.Run("every check ran exactly once", func(t *testing.T) {
 		assert.Len(t, e.repo.Effects(), len(rows)-1, "every check but never-started")
 	})

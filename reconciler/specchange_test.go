@@ -95,6 +95,7 @@ func TestEditAfterAdmissionIsRefused(t *testing.T) {
 	assert.Equal(t, "slow", docs.evidence.Checks[0].Check)
 	assert.Equal(t, []string{"edited/slow"}, e.repo.Effects(), "only the original profile's check ran")
 	assert.Equal(t, 1, countSuffix(e.evidence().Files(), "/"+evidence.AdmissionFile))
+	e.audit()
 }
 
 // TestApprovedCancelStopsTheRunningCheck cancels a run while its long
@@ -144,6 +145,7 @@ func TestApprovedCancelStopsTheRunningCheck(t *testing.T) {
 	assert.Less(t, ended, 3*time.Second, "the check outlived the grace period after the cancel")
 	assert.Contains(t, docs.checks["long"].Reason, "SIGKILL")
 	assert.Equal(t, []string{"long-1/long"}, e.repo.Effects(), "the check after the cancel never ran")
+	e.audit()
 }
 
 // TestReleaseLiftsRetainedReservation: a failed run retains its node,
@@ -204,6 +206,7 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	assert.Equal(t, []string{e.host}, act.Nodes)
 	st := e.wait(r, "a-second")
 	assert.Equal(t, specs.VerdictPass, st.Verdict)
+	e.audit()
 }
 
 // TestRemovedKeyStopsCountingWithoutCommit removes an approver's key from

@@ -57,6 +57,12 @@ type journalEntry struct {
 	MutatedSHA256 string `json:"mutatedSHA256"`
 }
 
+func (g *guard) setJournal(dir string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.journal = dir
+}
+
 // write replaces path's content with mutated, after recording orig in the
 // journal and in g. It refuses when the file no longer holds orig.
 func (g *guard) write(path string, orig, mutated []byte) error {
@@ -210,6 +216,8 @@ func (g *guard) restoreAll() error {
 // restore, left in the journal: a file still holding the mutated bytes gets
 // the original back; one holding anything else is reported and left alone.
 func (g *guard) recoverJournal() ([]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.journal == "" {
 		return nil, nil
 	}

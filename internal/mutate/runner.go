@@ -86,7 +86,7 @@ func (r *Runner) logf(format string, a ...any) {
 // Recover restores files an earlier, killed run left mutated (recorded in
 // Journal) and returns their paths.
 func (r *Runner) Recover() ([]string, error) {
-	r.g.journal = r.Journal
+	r.g.setJournal(r.Journal)
 	return r.g.recoverJournal()
 }
 
@@ -136,7 +136,7 @@ func (r *Runner) Run(ctx context.Context, m *Mutation) (res Result, err error) {
 			return res, err
 		}
 	} else {
-		r.g.journal = r.Journal
+		r.g.setJournal(r.Journal)
 		// Restore whatever happens from here on, panics included.
 		defer func() {
 			for _, f := range files {

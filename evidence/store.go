@@ -650,16 +650,55 @@ func (s *Store) Exists(ctx context.Context, p string) (bool, error) {
 // lookup walks from the tip's root tree to p, reading one tree per path
 // element.
 func (s *Store) lookup(p string) (object.TreeEntry, error) {
-	parts, err := splitPath(p)
-	if err != nil {
-		return object.TreeEntry{}, err
-	}
 	if s.tip.IsZero() {
 		return object.TreeEntry{}, fmt.Errorf("%w: %s (branch %s does not exist yet)", ErrNotFound, p, s.opts.Branch)
 	}
 	c, err := object.GetCommit(s.objs, s.tip)
 	if err != nil {
 		return object.TreeEntry{}, fmt.Errorf("evidence: read tip: %w", err)
+	}
+	return s.lookupIn(c, p)
+}
+
+// AddedIn returns the commit that added the file at p: the oldest commit
+// on the tip's first-parent line that has it. Since the branch only adds
+// files, p exists in every commit from that one to the tip. It costs one
+// lookup per commit since then; ErrNotFound when the tip lacks p.
+func (s *Store) AddedIn(ctx context.Context, p string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.lookup(p); err != nil {
+		return "", err
+	}
+	c, err := object.GetCommit(s.objs, s.tip)
+	if err != nil {
+		return "", fmt.Errorf("evidence: read tip: %w", err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if c.NumParents() == 0 {
+			return c.Hash.String(), nil
+		}
+		parent, err := object.GetCommit(s.objs, c.ParentHashes[0])
+		if err != nil {
+			return "", fmt.Errorf("evidence: read commit %s: %w", c.ParentHashes[0], err)
+		}
+		if _, err := s.lookupIn(parent, p); errors.Is(err, ErrNotFound) {
+			return c.Hash.String(), nil
+		} else if err != nil {
+			return "", err
+		}
+		c = parent
+	}
+}
+
+// lookupIn resolves p in commit c's tree.
+func (s *Store) lookupIn(c *object.Commit, p string) (object.TreeEntry, error) {
+	parts, err := splitPath(p)
+	if err != nil {
+		return object.TreeEntry{}, err
 	}
 	cur := object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}
 	for i, name := range parts {

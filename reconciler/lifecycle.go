@@ -355,22 +355,13 @@ func evaluateCheck(rs *runState, cr *CheckRun, intent evidence.FileRef, report *
 func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	rs.setPhase(PhaseEvidence)
 	p := path.Join(rs.dir, evidence.EvidenceFile)
-	if b, err := r.store.Read(ctx, p); err == nil {
-		var ev evidence.RunEvidence
-		if err := r.readOwn(b, evidence.PredicateEvidence, &ev); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		rs.mu.Lock()
-		rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
-		rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
-		if rs.evCommit == "" {
-			rs.evCommit = r.store.Tip()
-		}
-		rs.mu.Unlock()
-		return nil
-	} else if !errors.Is(err, evidence.ErrNotFound) {
+	if found, err := r.loadEvidence(ctx, rs, p); err != nil || found {
 		return err
 	}
+	// A cancel and the run evidence are serialized: cancel.json lands
+	// before evidence.json (and the evidence says canceled) or not at all.
+	rs.docMu.Lock()
+	defer rs.docMu.Unlock()
 	canceled, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.CancelFile))
 	if err != nil {
 		return err
@@ -409,7 +400,9 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	}
 	commit, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s evidence: %s", r.cfg.Cluster, rs.id, ev.Verdict), []evidence.File{f})
 	if errors.Is(err, evidence.ErrExists) {
-		return r.writeEvidence(ctx, rs)
+		// Another writer won this step: take what it wrote.
+		_, err := r.loadEvidence(ctx, rs, p)
+		return err
 	}
 	if err != nil {
 		return err
@@ -423,6 +416,37 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	r.metrics.runs.WithLabelValues(string(ev.Verdict)).Inc()
 	r.log.Info("run evidence written", "run", rs.id, "verdict", ev.Verdict)
 	return nil
+}
+
+// loadEvidence reads the run evidence at p into rs when it exists.
+func (r *Reconciler) loadEvidence(ctx context.Context, rs *runState, p string) (bool, error) {
+	b, err := r.store.Read(ctx, p)
+	if errors.Is(err, evidence.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var ev evidence.RunEvidence
+	if err := r.readOwn(b, evidence.PredicateEvidence, &ev); err != nil {
+		return false, fmt.Errorf("%s: %w", p, err)
+	}
+	rs.mu.Lock()
+	commit := rs.evCommit
+	rs.mu.Unlock()
+	if commit == "" {
+		// Written before a restart: the receipt binds the commit where
+		// evidence.json landed, not the current tip.
+		if commit, err = r.store.AddedIn(ctx, p); err != nil {
+			return false, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	rs.mu.Lock()
+	rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
+	rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
+	rs.evCommit = commit
+	rs.mu.Unlock()
+	return true, nil
 }
 
 // releasePassing releases every node whose verdict is Pass and retains the

@@ -319,6 +319,7 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, o, prof *specs.Object, 
 // approvals/ directory, prefixing names with prefix, and records refs.
 func approvalCopies(dir, prefix string, relied []*signing.Approval, refs *[]evidence.FileRef) []evidence.File {
 	seen := map[string]bool{}
+	names := map[string]bool{}
 	var files []evidence.File
 	for _, a := range relied {
 		if seen[a.Path] {
@@ -326,6 +327,11 @@ func approvalCopies(dir, prefix string, relied []*signing.Approval, refs *[]evid
 		}
 		seen[a.Path] = true
 		name := prefix + path.Base(a.Path)
+		if names[name] {
+			// Same file name in another directory of .signet/approvals/.
+			name = prefix + specs.DigestOf(a.Raw).Hex()[:16] + "-" + path.Base(a.Path)
+		}
+		names[name] = true
 		ap := evidence.ApprovalPath(dir, name)
 		files = append(files, evidence.File{Path: ap, Data: a.Raw})
 		*refs = append(*refs, evidence.FileRef{Path: ap, Digest: specs.DigestOf(a.Raw)})
@@ -382,10 +388,17 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 // It reports false when the cancel is not approved.
 func (r *Reconciler) cancelRun(ctx context.Context, p *pass, o *specs.Object, rs *runState) (bool, error) {
 	cp := path.Join(rs.dir, evidence.CancelFile)
+	rs.docMu.Lock()
+	defer rs.docMu.Unlock()
 	if ok, err := r.store.Exists(ctx, cp); err != nil || ok {
 		if ok {
 			rs.cancel()
 		}
+		return ok, err
+	}
+	// Too late: the run evidence is written; a cancel now would not be
+	// reflected in it. The run finishes with its own verdict.
+	if ok, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.EvidenceFile)); err != nil || ok {
 		return ok, err
 	}
 	subject := signing.SubjectName(specs.KindRequest, o.Name, "cancel")

@@ -19,6 +19,9 @@ type runState struct {
 	adm    evidence.Admission
 	admRef evidence.FileRef
 
+	// docMu serializes an approved cancel with the run evidence.
+	docMu sync.Mutex
+
 	mu        sync.Mutex
 	phase     string
 	canceled  bool

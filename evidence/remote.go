@@ -336,7 +336,11 @@ func (r *remote) push(ctx context.Context, st storer.EncodedObjectStorer, ref pl
 		if err != nil {
 			return r.fail(ctx, "push", err)
 		}
-		return nil // the server does not report status; the next fetch tells
+		// No report at all (an empty answer): whether the update landed
+		// is unknown until a fetch tells, as after a lost connection.
+		// Taking the silence for success would record a tip the remote
+		// may not have (a lost document, then a false rollback).
+		return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: "the remote answered the push without a report of the update", ctx: ctx.Err()}
 	}
 	// With a report, err is only the report's refusal, examined below.
 	if rs.UnpackStatus != "ok" {

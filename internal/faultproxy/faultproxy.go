@@ -44,6 +44,10 @@ const (
 	// that another writer moves the branch between the client's reading
 	// of the advertisement and its compare-and-swap update.
 	Race
+	// Swallow answers each receive-pack POST with "200 OK" and an empty
+	// body without forwarding it, as a middlebox that eats the push does:
+	// nothing lands, and no report says so.
+	Swallow
 )
 
 func (k Kind) String() string {
@@ -58,6 +62,8 @@ func (k Kind) String() string {
 		return "stall"
 	case Race:
 		return "race"
+	case Swallow:
+		return "swallow"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -276,6 +282,12 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, f Fault) bool {
 		if err := f.Race(); err != nil {
 			p.t.Logf("faultproxy: competing push failed: %v", err)
 		}
+	}
+	if f.Kind == Swallow && push {
+		p.faulted.Add(1)
+		_, _ = io.Copy(io.Discard, req.Body)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-receive-pack-result\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		return false
 	}
 	up, err := net.Dial("tcp", p.upstream)
 	if err != nil {

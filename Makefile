@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools clean mutations
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools clean mutations
 
 all: build
 
@@ -16,6 +16,12 @@ build:
 ## tools: stock tools the interop tests drive (cosign), built once into bin/.
 tools:
 	./hack/tools.sh
+
+## kube-tools: etcd (Debian's etcd-server) and kube-apiserver, kube-scheduler,
+## kube-controller-manager built from hack/kube-tools into bin/, once, for
+## internal/kubetest.
+kube-tools:
+	./hack/kube-tools.sh
 
 ## test: every test, race detector on, plus lint. This is what CI runs.
 test: lint tools

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane that internal/kubetest starts into bin/:
+# kube-apiserver, kube-scheduler and kube-controller-manager, from the separate
+# tools module hack/kube-tools (pinned k8s.io/kubernetes version, staging
+# modules replaced by their published versions). Installs etcd from Debian's
+# etcd-server package when no etcd is on PATH.
+#
+# A binary is rebuilt only when it is missing or when the pinned version
+# (bin/.kube-version) changed. The first build takes about 15 minutes on two
+# cores; afterwards this script returns at once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "kube-tools: etcd not on PATH; running: apt-get update && apt-get install -y etcd-server" >&2
+  SUDO=
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y etcd-server
+fi
+echo "kube-tools: etcd: $(command -v etcd) ($(etcd --version 2>/dev/null | head -n1))" >&2
+
+KUBE_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' hack/kube-tools/go.mod)
+if [ -z "$KUBE_VERSION" ]; then
+  echo "kube-tools: no 'require k8s.io/kubernetes' line in hack/kube-tools/go.mod" >&2
+  exit 1
+fi
+
+mkdir -p bin
+STAMP=bin/.kube-version
+stale=false
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$KUBE_VERSION" ]; then
+  stale=true
+fi
+built=false
+for cmd in kube-apiserver kube-scheduler kube-controller-manager; do
+  if [ "$stale" = true ] || [ ! -x "bin/$cmd" ]; then
+    echo "kube-tools: building $cmd $KUBE_VERSION into bin/ (slow the first time)" >&2
+    start=$(date +%s)
+    (cd hack/kube-tools && CGO_ENABLED=0 go build -o "../../bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+    mv "bin/$cmd.tmp" "bin/$cmd"
+    echo "kube-tools: built $cmd in $(( $(date +%s) - start ))s" >&2
+    built=true
+  fi
+done
+if [ "$built" = true ] || [ "$stale" = true ]; then
+  echo "$KUBE_VERSION" > "$STAMP"
+fi
+echo "kube-tools: bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager at $KUBE_VERSION" >&2

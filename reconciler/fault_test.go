@@ -174,6 +174,11 @@ func TestFaultReconcile(t *testing.T) {
 			mayLand: true,
 		},
 		{
+			// Pushes are answered "200 OK" with an empty body and dropped.
+			name:  "swallow-push",
+			fault: func(*faultRig) faultproxy.Fault { return faultproxy.Fault{Kind: faultproxy.Swallow} },
+		},
+		{
 			// Every push loses the compare-and-swap to a competing writer.
 			name: "race",
 			fault: func(g *faultRig) faultproxy.Fault {

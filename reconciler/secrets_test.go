@@ -120,19 +120,28 @@ func newHygiene(t *testing.T) *hygiene {
 // writes evidence with the token in tokenFile, and returns its path and
 // listen address.
 func (h *hygiene) config(t *testing.T, tokenFile string) (file, addr string) {
+	return h.configURL(t, h.specURL, tokenFile)
+}
+
+// configURL is config with the spec URL given (it may carry credentials)
+// and no tokenFile line when tokenFile is empty.
+func (h *hygiene) configURL(t *testing.T, specURL, tokenFile string) (file, addr string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr = ln.Addr().String()
 	require.NoError(t, ln.Close())
+	tokenLine := ""
+	if tokenFile != "" {
+		tokenLine = "  tokenFile: " + tokenFile + "\n"
+	}
 	cfg := fmt.Sprintf(`apiVersion: %s
 kind: %s
 cluster: %s
 spec:
   url: %s
   branch: main
-  tokenFile: %s
-trustPolicy: %s
+%strustPolicy: %s
 signingKey: %s
 passphraseFile: %s
 stateDir: %s
@@ -145,7 +154,7 @@ backends:
   local:
     enabled: true
     grace: 1s
-`, specs.APIVersion, reconciler.KindConfig, cluster, h.specURL, tokenFile, h.e.keys.TrustFile, h.keyFile, h.phraseFile,
+`, specs.APIVersion, reconciler.KindConfig, cluster, specURL, tokenLine, h.e.keys.TrustFile, h.keyFile, h.phraseFile,
 		filepath.Join(t.TempDir(), "state"), addr, h.ghFile, h.glFile)
 	file = filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(cfg), 0o600))
@@ -174,8 +183,23 @@ func assertNoSecret(t *testing.T, where, text string, secrets map[string]string)
 // commits and their messages) for each secret: zero hits. A wrong token
 // makes the daemon fail without printing either token.
 func TestSecretHygiene(t *testing.T) {
+	for _, inURL := range []bool{false, true} {
+		name := "token file"
+		if inURL {
+			name = "credentials in the URL"
+		}
+		t.Run(name, func(t *testing.T) { secretHygiene(t, inURL) })
+	}
+}
+
+func secretHygiene(t *testing.T, inURL bool) {
 	h := newHygiene(t)
 	cfgFile, addr := h.config(t, h.tokenFile)
+	if inURL {
+		// The token as the password of basic auth in spec.url, the form
+		// people paste from their Git host.
+		cfgFile, addr = h.configURL(t, strings.Replace(h.specURL, "http://", "http://x-access-token:"+h.token+"@", 1), "")
+	}
 	bin := testenv.Signet(t)
 
 	var stdout, stderr lockedBuffer
@@ -276,7 +300,11 @@ func TestSecretHygiene(t *testing.T) {
 	assertNoSecret(t, "/status", statusBody, sec)
 	assertNoSecret(t, "webhook answers", strings.Join(answers, "\n"), sec)
 	h.assertRepoClean(t, sec)
-	h.assertDirClean(t, filepath.Dir(filepath.Dir(cfgFile)), sec)
+	skip := []string{}
+	if inURL {
+		skip = append(skip, cfgFile) // holds the token by the user's choice
+	}
+	h.assertDirClean(t, filepath.Dir(filepath.Dir(cfgFile)), sec, skip...)
 
 	// The evidence logs hold the check's environment: prove it is there,
 	// so that the search above looked at something.
@@ -345,10 +373,13 @@ func (h *hygiene) assertRepoClean(t *testing.T, sec map[string]string) {
 
 // assertDirClean searches every file under dir (the config, the state
 // directory with its mirrors and remembered tips) except the files that
-// hold the secrets on purpose.
-func (h *hygiene) assertDirClean(t *testing.T, dir string, sec map[string]string) {
+// hold the secrets on purpose (and also).
+func (h *hygiene) assertDirClean(t *testing.T, dir string, sec map[string]string, also ...string) {
 	t.Helper()
 	skip := map[string]bool{h.tokenFile: true, h.phraseFile: true, h.ghFile: true, h.glFile: true}
+	for _, f := range also {
+		skip[f] = true
+	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || skip[p] {
 			return nil

@@ -65,13 +65,35 @@ func OpenGitSource(dir, url, branch string, a SourceAuth) (*GitSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spec mirror %s: %w", dir, err)
 	}
-	if _, err := repo.Remote("origin"); errors.Is(err, git.ErrRemoteNotFound) {
-		_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{absURL(url)}})
-		if err != nil {
+	// Credentials in an http(s) URL become the auth method: the URL kept
+	// in the mirror's config (on disk) and quoted in errors carries none.
+	remoteURL := absURL(url)
+	if ep, err := transport.NewEndpoint(remoteURL); err == nil && (ep.Protocol == "http" || ep.Protocol == "https") && ep.User != "" {
+		if ep.Password != "" && a.Token == "" && a.Password == "" && a.SSHSigner == nil {
+			a.Username, a.Password = ep.User, ep.Password
+		}
+		ep.User, ep.Password = "", ""
+		remoteURL = ep.String()
+	}
+	// The mirror follows the configured URL, also when it changed since
+	// the mirror was made (and never keeps an old URL's credentials).
+	rem, err := repo.Remote("origin")
+	switch {
+	case errors.Is(err, git.ErrRemoteNotFound):
+	case err != nil:
+		return nil, err
+	case len(rem.Config().URLs) != 1 || rem.Config().URLs[0] != remoteURL:
+		if err := repo.DeleteRemote("origin"); err != nil {
+			return nil, err
+		}
+		err = git.ErrRemoteNotFound
+	}
+	if errors.Is(err, git.ErrRemoteNotFound) {
+		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{remoteURL}}); err != nil {
 			return nil, err
 		}
 	}
-	s := &GitSource{url: absURL(url), branch: branch, repo: repo, trees: map[string]fs.FS{}}
+	s := &GitSource{url: remoteURL, branch: branch, repo: repo, trees: map[string]fs.FS{}}
 	switch {
 	case a.SSHSigner != nil:
 		s.auth = &gitssh.PublicKeys{User: "git", Signer: a.SSHSigner}

@@ -37,6 +37,7 @@ type RunStatus struct {
 	Phase      string             `json:"phase"`
 	Verdict    specs.Verdict      `json:"verdict,omitempty"`
 	Dir        string             `json:"dir"`
+	Deadline   time.Time          `json:"deadline"`
 	Nodes      []string           `json:"nodes"`
 	Released   []string           `json:"released,omitempty"`
 	Retained   []string           `json:"retained,omitempty"`
@@ -90,7 +91,7 @@ func (c condition) conditions(now time.Time) []metav1.Condition {
 func runStatus(rs *runState) RunStatus {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	st := RunStatus{ID: rs.id, Phase: rs.phase, Verdict: rs.verdict, Dir: rs.dir, Released: rs.released, Retained: rs.retained}
+	st := RunStatus{ID: rs.id, Phase: rs.phase, Verdict: rs.verdict, Dir: rs.dir, Deadline: rs.adm.RunDeadline, Released: rs.released, Retained: rs.retained}
 	for _, p := range rs.adm.Participants {
 		st.Nodes = append(st.Nodes, p.Node)
 	}

@@ -163,10 +163,20 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		c := obj.Conditions[0]
 		return exitCode(exitRunNotRun, fmt.Errorf("request %s was not run: %s: %s", o.Request, c.Reason, c.Message))
 	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		// The run's derived deadline already holds a reserve per check for
+		// evidence and cleanup; a minute more covers a slow evidence remote.
+		for _, run := range st.Runs {
+			if run.ID == obj.Run {
+				timeout = time.Until(run.Deadline) + time.Minute
+			}
+		}
+	}
 	waitCtx := ctx
-	if o.Timeout > 0 {
+	if timeout > 0 {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, o.Timeout)
+		waitCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	rs, err := r.Wait(waitCtx, obj.Run)

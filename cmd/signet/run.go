@@ -169,7 +169,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		// evidence and cleanup; a minute more covers a slow evidence remote.
 		for _, run := range st.Runs {
 			if run.ID == obj.Run {
-				timeout = time.Until(run.Deadline) + time.Minute
+				timeout = max(time.Until(run.Deadline), 0) + time.Minute
 			}
 		}
 	}

@@ -391,3 +391,37 @@ func (h *hygiene) assertDirClean(t *testing.T, dir string, sec map[string]string
 		return nil
 	})
 }
+
+// TestGitSourceURLCredentials: credentials in a spec URL authenticate but
+// are never written into the mirror's config, and a mirror opened again
+// with another URL follows the new one.
+func TestGitSourceURLCredentials(t *testing.T) {
+	tok := secret(t, "tok")
+	srv := gittest.NewHTTPServer(t, gittest.WithAuth(gittest.Auth{Token: tok}))
+	withToken := func(u string) string { return strings.Replace(u, "http://", "http://x-access-token:"+tok+"@", 1) }
+	work := t.TempDir()
+	gittest.Git(t, work, "init", "-q", "-b", "main")
+	var revs []string
+	var urls []string
+	for _, name := range []string{"one", "two"} {
+		u, _ := srv.NewRepo(name)
+		gittest.Git(t, work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", name)
+		gittest.Git(t, work, "push", "-q", withToken(u), "main")
+		revs = append(revs, gittest.Git(t, work, "rev-parse", "HEAD"))
+		urls = append(urls, u)
+	}
+	mirror := filepath.Join(t.TempDir(), "spec.git")
+	for i, u := range urls {
+		src, err := reconciler.OpenGitSource(mirror, withToken(u), "main", reconciler.SourceAuth{})
+		require.NoError(t, err)
+		rev, err := src.Revision(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, revs[i], rev, "the mirror follows %s", u)
+		_, err = src.Checkout(t.Context(), rev)
+		require.NoError(t, err)
+		cfg, err := os.ReadFile(filepath.Join(mirror, "config"))
+		require.NoError(t, err)
+		assert.NotContains(t, string(cfg), tok)
+		assert.Contains(t, string(cfg), u)
+	}
+}

@@ -24,7 +24,7 @@ kube-tools:
 	./hack/kube-tools.sh
 
 ## test: every test, race detector on, plus lint. This is what CI runs.
-test: lint tools
+test: lint tools kube-tools
 	$(GO) test $(GO_TEST_ARGS) -count=1 -timeout 30m ./...
 
 lint: fmt-check vet

@@ -103,7 +103,10 @@ type Env struct {
 // Start starts etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager with DefaultUsers and returns once the API server
 // is ready. The test fails (never skips) when a binary is missing.
-func Start(t testing.TB) *Env { return StartWith(t, Options{}) }
+func Start(t testing.TB) *Env {
+	t.Helper()
+	return StartWith(t, Options{})
+}
 
 // StartWith is Start with options.
 func StartWith(t testing.TB, opts Options) *Env {

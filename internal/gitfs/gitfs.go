@@ -13,14 +13,18 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
-// FS is a read-only file system over one Git tree.
+// FS is a read-only file system over one Git tree. It is safe for
+// concurrent use: go-git's tree objects are not (Tree.FindEntry fills a
+// lookup map lazily), so every access to them is serialized.
 type FS struct {
+	mu    sync.Mutex
 	root  *object.Tree
 	mtime time.Time
 }
@@ -44,7 +48,8 @@ func FromCommit(c *object.Commit) (*FS, error) {
 // FromTree returns t as a file system.
 func FromTree(t *object.Tree) *FS { return &FS{root: t} }
 
-// entry resolves name to its tree entry; the root has a nil entry.
+// entry resolves name to its tree entry; the root has a nil entry. The
+// caller holds f.mu.
 func (f *FS) entry(op, name string) (*object.TreeEntry, *object.Tree, error) {
 	if !fs.ValidPath(name) {
 		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
@@ -80,6 +85,8 @@ func (f *FS) entry(op, name string) (*object.TreeEntry, *object.Tree, error) {
 // Open opens a regular file or a directory. Symlinks and submodules are
 // refused.
 func (f *FS) Open(name string) (fs.File, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	e, t, err := f.entry("open", name)
 	if err != nil {
 		return nil, err
@@ -125,6 +132,8 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 
 // ReadDir lists a directory, sorted by name; symlinks keep their type.
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	_, t, err := f.entry("readdir", name)
 	if err != nil {
 		return nil, err
@@ -137,6 +146,8 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 
 // Stat describes name without opening it (symlinks are not followed).
 func (f *FS) Stat(name string) (fs.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	e, t, err := f.entry("stat", name)
 	if err != nil {
 		return nil, err
@@ -236,7 +247,9 @@ func (d *dir) Close() error { return nil }
 
 // ReadDir implements fs.ReadDirFile.
 func (d *dir) ReadDir(n int) ([]fs.DirEntry, error) {
+	d.fs.mu.Lock()
 	all := d.fs.dirEntries(d.tree)[d.read:]
+	d.fs.mu.Unlock()
 	if n <= 0 {
 		d.read += len(all)
 		return all, nil

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"testing/fstest"
 
@@ -80,4 +81,29 @@ func TestFSRefusesSymlinks(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrInvalid)
 	_, err = f.Open("missing")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// TestFSConcurrentReads guards concurrent use: the reconciler renders a
+// commit's tree while runs read their scripts from the same cached FS.
+// Under -race, unsynchronized access to go-git's trees is reported.
+func TestFSConcurrentReads(t *testing.T) {
+	f := commitTree(t, func(dir string) {
+		for _, d := range []string{"a", "b", "c"} {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, d, "x"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, d, "x", "f.sh"), []byte(d), 0o644))
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := []string{"a", "b", "c"}[i%3]
+			b, err := fs.ReadFile(f, d+"/x/f.sh")
+			assert.NoError(t, err)
+			assert.Equal(t, d, string(b))
+			assert.NoError(t, fs.WalkDir(f, ".", func(string, fs.DirEntry, error) error { return nil }))
+		}()
+	}
+	wg.Wait()
 }

@@ -346,15 +346,18 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 	r := p.r
 	admitted := rs.adm.Request.Digest
 	edited := o.Digest != admitted
-	cond := progressing("Running", "run "+rs.id+" is "+rs.phase, rs.id)
-	if rs.finished() || rs.receipt != nil {
-		cond = ready("Finished", fmt.Sprintf("run %s finished: %s", rs.id, rs.verdict), rs.id)
+	rs.mu.Lock()
+	phase, hasReceipt, verdict := rs.phase, rs.receipt != nil, rs.verdict
+	rs.mu.Unlock()
+	cond := progressing("Running", "run "+rs.id+" is "+phase, rs.id)
+	if rs.finished() || hasReceipt {
+		cond = ready("Finished", fmt.Sprintf("run %s finished: %s", rs.id, verdict), rs.id)
 	}
 	if edited {
 		cond = stalled("EditRefused", fmt.Sprintf("the request's execution fields changed after admission (admitted %s, now %s); the edit is refused and the original run goes on — use a new request name", admitted, o.Digest))
 		cond.run = rs.id
 	}
-	if o.Request.Spec.Cancel && rs.receipt == nil && !rs.finished() {
+	if o.Request.Spec.Cancel && !hasReceipt && !rs.finished() {
 		done, err := r.cancelRun(ctx, p, o, rs)
 		if err != nil {
 			return err
@@ -366,7 +369,7 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 			cond = progressing("Canceling", "approved cancel recorded; stopping the run", rs.id)
 		}
 	}
-	if o.Request.Spec.Release && (rs.receipt != nil || rs.finished()) {
+	if o.Request.Spec.Release && (hasReceipt || rs.finished()) {
 		if retained := r.holds.retainedBy(rs.id); len(retained) > 0 {
 			done, err := r.releaseRun(ctx, p, o, rs, retained)
 			if err != nil {

@@ -25,7 +25,9 @@ step "validate the example spec repository"
 
 step "keys: an approver (certification owner) and the reconciler"
 approver=$("$SIGNET" keygen --out approver | head -n1)
-reconciler=$("$SIGNET" keygen --out reconciler --algorithm ed25519 | head -n1)
+"$SIGNET" keygen --out reconciler --algorithm ed25519 -o json > reconciler.json
+reconciler=$(sed -n 's/.*"keyID": "\([0-9a-f]*\)".*/\1/p' reconciler.json)
+reconciler_ssh=$(sed -n 's/.*"sshPublicKey": "\([^"]*\)".*/\1/p' reconciler.json)
 echo "approver key id:   $approver"
 echo "reconciler key id: $reconciler"
 
@@ -77,9 +79,12 @@ step "the evidence branch, as stock git sees it"
 git -C spec log --oneline signet/evidence | head -20
 git -C spec ls-tree -r --name-only signet/evidence | head -40
 
-step "stock git: fsck and commit signatures"
+step "stock git: fsck and the reconciler's commit signatures"
 git -C spec fsck --strict --no-progress
-printf 'reconciler namespaces="git" %s\n' "$(cat reconciler.ssh.pub 2>/dev/null || "$SIGNET" keygen --help >/dev/null)" >/dev/null || true
+printf 'reconciler namespaces="git" %s\n' "$reconciler_ssh" > allowed_signers
+tip=$(git -C spec rev-parse signet/evidence)
+git -C spec -c gpg.format=ssh -c gpg.ssh.allowedSignersFile="$DEMO/allowed_signers" verify-commit "$tip"
+echo "git verify-commit $tip: OK"
 
 if "$SIGNET" audit --help >/dev/null 2>&1; then
   step "audit the evidence branch"

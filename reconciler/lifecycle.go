@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path"
 	"slices"
 	"sort"
@@ -581,5 +580,3 @@ func newNonce() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
-
-var _ = slog.LevelInfo

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -164,5 +163,3 @@ func redactURL(s string) string {
 	u.User = nil
 	return u.String()
 }
-
-var _ = json.Marshal

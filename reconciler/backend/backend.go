@@ -1,0 +1,166 @@
+// Package backend holds the contract between the reconciler and the
+// backends that run checks and reserve nodes (DESIGN §4, §5, §7). The
+// reconciler owns the lifecycle and the evidence; a backend only creates,
+// observes and removes what runs a check, and a Fleet only selects,
+// reserves and releases nodes. Both are built from durable records (the
+// admission and the intent), never from the spec repository's current
+// state.
+package backend
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/specs"
+)
+
+// CheckRun is everything a backend needs to run one check of one run. It
+// is built from the durable admission record and intent, never from the
+// spec repository's current state.
+type CheckRun struct {
+	Cluster      string
+	Run          string
+	Index        int
+	Check        specs.Check
+	Script       []byte // verified against ScriptDigest
+	ScriptDigest specs.Digest
+	Nonce        string
+	Deadline     time.Time
+	Participants []evidence.Participant
+}
+
+// Env returns DESIGN §4's environment for participant index p, without
+// SIGNET_RESULT_FILE, which the backend sets. The stage variable is set
+// only for staged checks, and never for an MPI launcher (see LauncherEnv).
+func (c *CheckRun) Env(p int) map[string]string {
+	env := c.LauncherEnv()
+	env[specs.EnvParticipantIndex] = strconv.Itoa(p)
+	if c.Check.Stage != "" {
+		env[specs.EnvStageName] = c.Check.Stage
+	}
+	return env
+}
+
+// LauncherEnv is the environment of an MPI launcher: DESIGN §4's variables
+// with participant index 0 and never the stage variable.
+func (c *CheckRun) LauncherEnv() map[string]string {
+	return map[string]string{
+		specs.EnvRunID:            c.Run,
+		specs.EnvCheckName:        c.Check.Name,
+		specs.EnvCheckIndex:       strconv.Itoa(c.Index),
+		specs.EnvNonce:            c.Nonce,
+		specs.EnvParticipantIndex: "0",
+		specs.EnvParticipants:     strconv.Itoa(len(c.Participants)),
+		specs.EnvGPUCount:         strconv.Itoa(c.Check.GPUCount),
+	}
+}
+
+// ParticipantReport is what a backend observed of one participant. For an
+// MPIJob, the launcher's termination and result stand for every
+// participant (the outcome covers the whole group), and Identity is the
+// worker that ran on the participant's node.
+type ParticipantReport struct {
+	Node        string
+	Identity    evidence.Identity
+	Termination specs.Termination
+	Result      []byte // nil when no result was produced
+	Stdout      []byte
+	Stderr      []byte
+}
+
+// CheckReport is what a backend observed of one check.
+type CheckReport struct {
+	StartedAt    time.Time
+	EndedAt      time.Time
+	Participants []ParticipantReport
+}
+
+// Backend runs checks. A backend is never asked to create the backend
+// object of one (run, check) twice: the reconciler calls Run only right
+// after writing the intent, and Adopt after a restart.
+type Backend interface {
+	// Describe returns the names of the backend objects Run will create and
+	// the digest of the rendered backend object, recorded in the intent.
+	Describe(c *CheckRun) (names []string, rendered specs.Digest, err error)
+	// Run creates the backend object and waits for a terminal state, the
+	// deadline, or ctx's cancellation (cancel). It leaves the object in
+	// place for Cleanup.
+	Run(ctx context.Context, c *CheckRun) (*CheckReport, error)
+	// Adopt finds the backend object of an intent written before a
+	// restart. found is false when nothing is left to observe: the check
+	// was interrupted and must be recorded as Error, never re-run.
+	Adopt(ctx context.Context, c *CheckRun) (report *CheckReport, found bool, err error)
+	// Cleanup removes what Run left, after the check evidence is durable.
+	Cleanup(ctx context.Context, c *CheckRun) error
+}
+
+// Node names one participant node by name and the UID the API server gave
+// it; a node deleted and created again under the same name is another node.
+type Node struct {
+	Name string
+	UID  string
+}
+
+// Reservation is one node reserved by this cluster's reconciler, as read
+// back from the cluster.
+type Reservation struct {
+	Node Node
+	Run  string
+	// At is when the reservation was made.
+	At time.Time
+}
+
+// Errors of a Fleet.
+var (
+	// ErrBusy: a node is reserved by another run or not eligible now; the
+	// request waits. Nothing was changed.
+	ErrBusy = errors.New("node busy")
+	// ErrNotOurs: the node's UID or reservation no longer matches the run
+	// (deleted and re-created, or reserved by someone else); it was left
+	// untouched.
+	ErrNotOurs = errors.New("node no longer matches the run's reservation")
+	// ErrIneligible: a requested node cannot take part (missing, too small,
+	// not matching the selector). Nothing was changed.
+	ErrIneligible = errors.New("node not eligible")
+)
+
+// Fleet is the set of nodes a reconciler certifies and how it reserves
+// them (DESIGN §5 step 2, §7). Every write is guarded by the node's
+// resourceVersion; a Fleet never changes a node field other than its own
+// annotation, taint, labels and spec.unschedulable.
+type Fleet interface {
+	// Select resolves a request's participants: spec.nodes in order, or
+	// spec.count nodes matching spec.selector (by name order). Every node
+	// must be eligible for prof: allocatable at or above the profile's
+	// floor, no running non-DaemonSet pod using GPUs, not reserved. The
+	// error wraps ErrIneligible or ErrBusy and names the node and why.
+	Select(ctx context.Context, prof *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error)
+	// Snapshot returns node's identity for run in cluster (DESIGN §6).
+	Snapshot(ctx context.Context, cluster, run, node string) (*evidence.NodeSnapshot, error)
+	// Reserve reserves every node for run, or none: annotation naming the
+	// run (with the node's previous cordon and taints), the NoSchedule
+	// reservation taint, and cordon. Each node's UID must equal the given
+	// one. On any failure the nodes already changed are restored and the
+	// error wraps ErrBusy, ErrIneligible or the API error. Reserving a node
+	// already reserved for run (same UID) is a no-op.
+	Reserve(ctx context.Context, run string, nodes []Node) error
+	// Release restores the node's previous cordon and taints exactly and
+	// removes the reservation, only when the node's UID is n.UID and its
+	// annotation names run; otherwise it changes nothing and returns an
+	// error wrapping ErrNotOurs. A node no longer reserved by anyone, or
+	// gone, returns ErrNotOurs too (nothing to release); callers record it.
+	Release(ctx context.Context, run string, n Node) error
+	// Reservations lists the nodes this cluster has reserved.
+	Reservations(ctx context.Context) ([]Reservation, error)
+	// Certify labels a node that passed with its certification (profile,
+	// run, expiry) when labelling is enabled; Uncertify removes those
+	// labels (a later non-Pass). Both are no-ops when the node's UID is not
+	// n.UID. SweepCertified removes labels whose node UID or bootID changed
+	// since certification, or that expired.
+	Certify(ctx context.Context, n Node, profile, run string, until time.Time) error
+	Uncertify(ctx context.Context, n Node) error
+	SweepCertified(ctx context.Context) error
+}

@@ -205,7 +205,17 @@ type Receipt struct {
 	Cleanup        string        `json:"cleanup"`
 	Released       []string      `json:"released"`
 	Retained       []string      `json:"retained"`
-	At             time.Time     `json:"at"`
+	// ReleaseNotes says, for a released node whose reservation could not
+	// be lifted (it was deleted and re-created, or its reservation no
+	// longer names the run), why it was left untouched.
+	ReleaseNotes []NodeNote `json:"releaseNotes,omitempty"`
+	At           time.Time  `json:"at"`
+}
+
+// NodeNote is a remark about one node.
+type NodeNote struct {
+	Node string `json:"node"`
+	Note string `json:"note"`
 }
 
 // ChainPath is the create-only link of receipt number seq in cluster's

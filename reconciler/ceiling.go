@@ -32,6 +32,14 @@ func (c Ceiling) Check(p *specs.CertificationProfile, backends BackendsConfig) [
 			if !backends.Local.Enabled {
 				add(f+".backend", "the local backend is not enabled in this reconciler's config")
 			}
+		case specs.BackendPod:
+			if !backends.Pod.Enabled {
+				add(f+".backend", "the pod backend is not enabled in this reconciler's config")
+			}
+		case specs.BackendMPIJob:
+			if !backends.MPIJob.Enabled {
+				add(f+".backend", "the mpijob backend is not enabled in this reconciler's config")
+			}
 		default:
 			add(f+".backend", "backend %q is not available in this reconciler", ck.Backend)
 		}

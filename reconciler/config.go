@@ -48,6 +48,8 @@ type Config struct {
 	Webhook WebhookConfig `json:"webhook,omitempty"`
 	// Backends enables backends; none is on by default.
 	Backends BackendsConfig `json:"backends"`
+	// Kubernetes is how the Kubernetes backends reach the cluster.
+	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
 	// Ceiling bounds what any workload may ask for.
 	Ceiling Ceiling `json:"ceiling"`
 }
@@ -78,7 +80,41 @@ type WebhookConfig struct {
 // BackendsConfig enables backends.
 type BackendsConfig struct {
 	Local LocalConfig `json:"local"`
+	// Pod and MPIJob enable the Kubernetes backends; both need Kubernetes.
+	Pod    KubeBackendConfig `json:"pod,omitempty"`
+	MPIJob KubeBackendConfig `json:"mpijob,omitempty"`
 }
+
+// KubeBackendConfig enables one Kubernetes backend.
+type KubeBackendConfig struct {
+	Enabled bool `json:"enabled"`
+}
+
+// KubernetesConfig is how the reconciler reaches its cluster, used when the
+// pod or mpijob backend is enabled.
+type KubernetesConfig struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster (the pod's
+	// projected service-account token).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// SignetImage is the digest-pinned image whose /signet binary the
+	// checks' init container copies in (`repo@sha256:…`).
+	SignetImage string `json:"signetImage,omitempty"`
+	// CertifyTTL, when set, labels nodes that passed with their
+	// certification (profile, run, expiry = pass time + CertifyTTL).
+	CertifyTTL specs.Seconds `json:"certifyTTL,omitempty"`
+	// LeaderElection makes replicas of the daemon elect one leader through
+	// a coordination.k8s.io Lease before acting.
+	LeaderElection *LeaderElectionConfig `json:"leaderElection,omitempty"`
+}
+
+// LeaderElectionConfig names the Lease the daemon's replicas contend for.
+type LeaderElectionConfig struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// kubeEnabled reports whether a Kubernetes backend is enabled.
+func (b BackendsConfig) kubeEnabled() bool { return b.Pod.Enabled || b.MPIJob.Enabled }
 
 // LocalConfig enables the local backend. When signet runs as root, checks
 // run as User (default "nobody"), never as root.
@@ -147,6 +183,17 @@ func (c *Config) validate() error {
 	if c.Spec.Path != "" && (path.IsAbs(c.Spec.Path) || strings.Contains(c.Spec.Path, "..")) {
 		errs = append(errs, fmt.Errorf("spec.path: %q must be relative and stay in the repository", c.Spec.Path))
 	}
+	if c.Backends.kubeEnabled() {
+		if _, err := specs.ParsePinnedImage(c.Kubernetes.SignetImage); err != nil {
+			errs = append(errs, fmt.Errorf("kubernetes.signetImage: %w", err))
+		}
+		if c.Ceiling.Namespace != "" && !isDNSLabel(c.Ceiling.Namespace) {
+			errs = append(errs, fmt.Errorf("ceiling.namespace: %q is not a DNS label", c.Ceiling.Namespace))
+		}
+		if le := c.Kubernetes.LeaderElection; le != nil && (!isDNSLabel(le.Namespace) || le.Name == "") {
+			errs = append(errs, fmt.Errorf("kubernetes.leaderElection: namespace %q and name %q must be set (namespace a DNS label)", le.Namespace, le.Name))
+		}
+	}
 	for i, hp := range c.Ceiling.HostPaths {
 		if !path.IsAbs(hp) || path.Clean(hp) != hp {
 			errs = append(errs, fmt.Errorf("ceiling.hostPaths[%d]: %q is not an absolute clean path", i, hp))
@@ -174,6 +221,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.Backends.Local.User == "" {
 		c.Backends.Local.User = "nobody"
+	}
+	if c.Ceiling.Namespace == "" {
+		c.Ceiling.Namespace = "signet-checks"
 	}
 	if c.Backends.Local.Grace == 0 {
 		c.Backends.Local.Grace = 5

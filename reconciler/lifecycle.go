@@ -14,6 +14,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -449,7 +450,10 @@ func (r *Reconciler) loadEvidence(ctx context.Context, rs *runState, p string) (
 }
 
 // releasePassing releases every node whose verdict is Pass and retains the
-// others until an approved release.
+// others until an approved release. On Kubernetes the release restores each
+// passing node's cordon and taints, only while the node's UID is the one
+// admitted and its reservation still names the run; a node that no longer
+// matches is left untouched and the receipt says why.
 func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 	rs.setPhase(PhaseReleasing)
 	rs.mu.Lock()
@@ -461,11 +465,59 @@ func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 			retained = append(retained, n.Node)
 		}
 	}
-	rs.released, rs.retained = released, retained
+	rs.mu.Unlock()
+	var notes []evidence.NodeNote
+	if !isLocalProfile(&rs.adm.ProfileObject) && r.fleet != nil {
+		var err error
+		if notes, err = r.releaseNodes(ctx, rs, released); err != nil {
+			return err
+		}
+		if err := r.certify(ctx, rs, released, retained); err != nil {
+			return err
+		}
+	}
+	rs.mu.Lock()
+	rs.released, rs.retained, rs.releaseNotes = released, retained, notes
 	rs.mu.Unlock()
 	r.holds.release(rs.id, released)
 	r.holds.retain(rs.id, retained)
 	crash.Point("after-release")
+	return nil
+}
+
+// releaseNodes lifts the run's reservation of nodes in the cluster. A node
+// that is no longer the run's (ErrNotOurs) gets a note and is left alone;
+// any other failure is returned so the step is retried.
+func (r *Reconciler) releaseNodes(ctx context.Context, rs *runState, nodes []string) ([]evidence.NodeNote, error) {
+	var notes []evidence.NodeNote
+	for _, name := range nodes {
+		n := backend.Node{Name: name, UID: rs.participantUID(name)}
+		err := r.fleet.Release(ctx, rs.id, n)
+		switch {
+		case errors.Is(err, backend.ErrNotOurs):
+			r.log.Warn("node not released: it no longer matches the run's reservation", "run", rs.id, "node", name, "error", err)
+			notes = append(notes, evidence.NodeNote{Node: name, Note: "not restored: " + err.Error()})
+		case err != nil:
+			return nil, fmt.Errorf("releasing node %s: %w", name, err)
+		}
+	}
+	return notes, nil
+}
+
+// certify labels the passing nodes with their certification and removes
+// the labels of the others, when labelling is on (the Fleet decides).
+func (r *Reconciler) certify(ctx context.Context, rs *runState, passed, failed []string) error {
+	ttl := time.Duration(r.cfg.Kubernetes.CertifyTTL) * time.Second
+	for _, name := range passed {
+		if err := r.fleet.Certify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}, rs.adm.Profile.Name, rs.id, r.now().Add(ttl)); err != nil {
+			return fmt.Errorf("labelling node %s: %w", name, err)
+		}
+	}
+	for _, name := range failed {
+		if err := r.fleet.Uncertify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}); err != nil {
+			return fmt.Errorf("removing the certification labels of node %s: %w", name, err)
+		}
+	}
 	return nil
 }
 
@@ -493,7 +545,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 		rc := evidence.Receipt{
 			Cluster: r.cfg.Cluster, Run: rs.id, Sequence: head.seq + 1, Previous: head.ref,
 			Verdict: rs.verdict, Evidence: *rs.evidence, EvidenceCommit: rs.evCommit, Cleanup: "done",
-			Released: nonNil(rs.released), Retained: nonNil(rs.retained), At: r.now(),
+			Released: nonNil(rs.released), Retained: nonNil(rs.retained), ReleaseNotes: rs.releaseNotes, At: r.now(),
 		}
 		rs.mu.Unlock()
 		f, err := r.document(p, evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(rc.Evidence.Path, rc.Evidence.Digest)}, rc)

@@ -12,6 +12,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -100,6 +101,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 	r.publish(rev, pass.statuses)
 	r.mu.Lock()
 	r.lastKey = key
+	r.dirty = r.dirty || pass.waitingOnCluster
 	r.mu.Unlock()
 	return res, nil
 }
@@ -113,6 +115,10 @@ type pass struct {
 	policy    *signing.TrustPolicy
 	now       time.Time
 	statuses  map[string]ObjectStatus
+	// waitingOnCluster is set when a request waits for nodes whose state
+	// the spec repository does not show; the next pass is then never a
+	// no-op.
+	waitingOnCluster bool
 }
 
 func (p *pass) set(o *specs.Object, cond condition) {
@@ -207,8 +213,17 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 		p.set(o, stalled("ExceedsCeiling", fmt.Sprintf("profile %s asks for more than this reconciler allows: %s", prof.Name, strings.Join(msgs, "; "))))
 		return false, nil
 	}
-	nodes, err := r.participants(prof.Profile, req)
-	if err != nil {
+	nodes, err := r.participants(ctx, prof.Profile, req)
+	switch {
+	case errors.Is(err, backend.ErrBusy):
+		p.set(o, waiting("NodesBusy", err.Error()))
+		p.waitingOnCluster = true
+		return false, nil
+	case errors.Is(err, backend.ErrIneligible):
+		p.set(o, waiting("NodesIneligible", err.Error()))
+		p.waitingOnCluster = true
+		return false, nil
+	case err != nil:
 		p.set(o, stalled("NoParticipants", err.Error()))
 		return false, nil
 	}
@@ -224,6 +239,11 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 			p.set(o, stalled(refused.reason, refused.msg))
 			return false, nil
 		}
+		if errors.Is(err, backend.ErrBusy) || errors.Is(err, backend.ErrIneligible) {
+			p.set(o, waiting("NodesBusy", err.Error()))
+			p.waitingOnCluster = true
+			return false, nil
+		}
 		return false, fmt.Errorf("admit %s: %w", run, err)
 	}
 	p.set(o, progressing("Admitted", "run admitted", run))
@@ -236,20 +256,30 @@ type refusedError struct{ reason, msg string }
 
 func (e *refusedError) Error() string { return e.reason + ": " + e.msg }
 
-// participants resolves the nodes of a request. Only the local backend is
-// served by this reconciler today: its one participant is this machine.
-func (r *Reconciler) participants(prof *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
-	local := len(prof.Spec.Checks) > 0
-	for _, c := range prof.Spec.Checks {
-		local = local && c.Backend == specs.BackendLocal
-	}
-	if !local {
-		return nil, fmt.Errorf("profile %s has non-local checks; no Kubernetes backend is configured", prof.Metadata.Name)
+// participants resolves the nodes of a request. A local profile's one
+// participant is this machine; any other profile's come from the Fleet
+// (explicit names or selector and count, each node eligible).
+func (r *Reconciler) participants(ctx context.Context, prof *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
+	if !isLocalProfile(prof) {
+		if r.fleet == nil {
+			return nil, fmt.Errorf("profile %s has pod or mpijob checks; no Kubernetes backend is configured", prof.Metadata.Name)
+		}
+		return r.fleet.Select(ctx, prof, req)
 	}
 	if len(req.Spec.Nodes) != 1 || (req.Spec.Nodes[0] != "localhost" && req.Spec.Nodes[0] != r.hostname) {
 		return nil, fmt.Errorf("spec.nodes: a local profile's only participant is this machine, named %q or \"localhost\"; got %q", r.hostname, req.Spec.Nodes)
 	}
 	return []string{r.hostname}, nil
+}
+
+// isLocalProfile reports whether every check of prof runs on the local
+// backend (validation refuses a profile mixing local with other backends).
+func isLocalProfile(prof *specs.CertificationProfile) bool {
+	local := len(prof.Spec.Checks) > 0
+	for _, c := range prof.Spec.Checks {
+		local = local && c.Backend == specs.BackendLocal
+	}
+	return local
 }
 
 // admit writes the run's admission record: the frozen profile and request,
@@ -275,13 +305,20 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, o, prof *specs.Object, 
 	for _, f := range bundle.Files {
 		adm.Bundle.Files = append(adm.Bundle.Files, evidence.FileRef{Path: f.Path, Digest: f.Digest})
 	}
+	kube := !isLocalProfile(prof.Profile)
 	var files []evidence.File
 	for i, n := range nodes {
 		node := n
 		if node == "localhost" {
 			node = r.hostname
 		}
-		snap, err := r.nodes.Snapshot(ctx, r.cfg.Cluster, run, node)
+		var snap *evidence.NodeSnapshot
+		var err error
+		if kube {
+			snap, err = r.fleet.Snapshot(ctx, r.cfg.Cluster, run, node)
+		} else {
+			snap, err = r.nodes.Snapshot(ctx, r.cfg.Cluster, run, node)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("snapshot of node %s: %w", node, err)
 		}
@@ -304,7 +341,25 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, o, prof *specs.Object, 
 		return nil, err
 	}
 	files = append(files, f, evidence.File{Path: evidence.IndexPath(r.cfg.Cluster, run), Data: []byte(dir + "\n")})
+	// Reservation of the whole group (DESIGN §5 step 2) happens before the
+	// admission record is pushed, so that a group that cannot be reserved
+	// leaves no run behind: the request waits and nothing is changed. A
+	// crash between the two leaves a reservation naming a run the branch
+	// does not know; Recover repairs it.
+	var group []backend.Node
+	if kube {
+		for _, part := range adm.Participants {
+			group = append(group, backend.Node{Name: part.Node, UID: part.UID})
+		}
+		if err := r.fleet.Reserve(ctx, run, group); err != nil {
+			return nil, fmt.Errorf("reserving %s: %w", strings.Join(nodes, ", "), err)
+		}
+		crash.Point("after-reservation")
+	}
 	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s admitted (%s@%s)", r.cfg.Cluster, run, prof.Name, short(p.rev)), files); err != nil {
+		if kube {
+			r.unreserve(ctx, run, group)
+		}
 		if errors.Is(err, evidence.ErrExists) {
 			return nil, &refusedError{"NameCollision", fmt.Sprintf("run ID %q is already used in cluster %s (or was admitted concurrently): use a new request name", run, r.cfg.Cluster)}
 		}
@@ -313,6 +368,16 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, o, prof *specs.Object, 
 	crash.Point("after-admission")
 	r.log.Info("run admitted", "run", run, "profile", prof.Name, "nodes", nodes, "specCommit", p.rev)
 	return newRunState(dir, adm, evidence.FileRef{Path: admPath, Digest: specs.DigestOf(f.Data)}), nil
+}
+
+// unreserve rolls back a reservation whose admission was not recorded.
+// A failure is logged: Recover repairs what is left.
+func (r *Reconciler) unreserve(ctx context.Context, run string, group []backend.Node) {
+	for _, n := range group {
+		if err := r.fleet.Release(context.WithoutCancel(ctx), run, n); err != nil && !errors.Is(err, backend.ErrNotOurs) {
+			r.log.Error("rolling back a reservation failed; the next start repairs it", "run", run, "node", n.Name, "error", err)
+		}
+	}
 }
 
 // approvalCopies copies approvals (deduplicated by path) into the run's
@@ -428,6 +493,9 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 	rp := path.Join(rs.dir, evidence.ReleaseFile)
 	if ok, err := r.store.Exists(ctx, rp); err != nil || ok {
 		if ok {
+			if err := r.liftRetained(ctx, rs, nodes); err != nil {
+				return false, err
+			}
 			r.holds.release(rs.id, nodes)
 			r.nodesFreed()
 		}
@@ -447,10 +515,25 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s release", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
 		return false, err
 	}
+	if err := r.liftRetained(ctx, rs, nodes); err != nil {
+		return false, err
+	}
 	r.holds.release(rs.id, nodes)
 	r.nodesFreed()
 	r.log.Info("release recorded", "run", rs.id, "nodes", nodes, "keys", d.Keys)
 	return true, nil
+}
+
+// liftRetained lifts, after a durable release document, the cluster
+// reservation of the nodes a non-passing run retained. A node that is no
+// longer the run's is left untouched (logged); other failures are retried
+// on the next pass, which finds the release document and comes back here.
+func (r *Reconciler) liftRetained(ctx context.Context, rs *runState, nodes []string) error {
+	if isLocalProfile(&rs.adm.ProfileObject) || r.fleet == nil {
+		return nil
+	}
+	_, err := r.releaseNodes(ctx, rs, nodes)
+	return err
 }
 
 // nodesFreed makes the next pass act again, even with nothing else

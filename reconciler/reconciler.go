@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -29,6 +30,7 @@ type Reconciler struct {
 	store     *evidence.Store
 	source    SpecSource
 	nodes     NodeProvider
+	fleet     backend.Fleet
 	backends  map[specs.Backend]Backend
 	metrics   *Metrics
 	now       func() time.Time
@@ -75,10 +77,13 @@ type Event struct {
 
 // Options are the parts of a Reconciler that are not configuration.
 type Options struct {
-	Logger   *slog.Logger
-	Store    *evidence.Store
-	Source   SpecSource
-	Nodes    NodeProvider
+	Logger *slog.Logger
+	Store  *evidence.Store
+	Source SpecSource
+	Nodes  NodeProvider
+	// Fleet reserves Kubernetes nodes; nil when no Kubernetes backend is
+	// enabled.
+	Fleet    backend.Fleet
 	Key      *signing.PrivateKey
 	Backends map[specs.Backend]Backend
 	Metrics  *Metrics
@@ -114,7 +119,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
-		source: o.Source, nodes: o.Nodes, backends: o.Backends, metrics: o.Metrics, now: o.Now, observer: o.Observer,
+		source: o.Source, nodes: o.Nodes, fleet: o.Fleet, backends: o.Backends, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		hostname: o.Hostname, only: o.Only, holds: newHolds(), runs: map[string]*runState{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1),
 	}, nil

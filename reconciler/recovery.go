@@ -7,9 +7,11 @@ import (
 	"io/fs"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
 
@@ -23,6 +25,9 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	base := path.Join("ids", r.cfg.Cluster)
 	shards, err := r.store.ReadDir(ctx, base)
 	if errors.Is(err, evidence.ErrNotFound) {
+		if err := r.repairReservations(ctx); err != nil {
+			return err
+		}
 		r.setReady()
 		return nil
 	}
@@ -51,8 +56,61 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 			resumed++
 		}
 	}
+	if err := r.repairReservations(ctx); err != nil {
+		return err
+	}
 	r.log.Info("recovery done", "resumed", resumed)
 	r.setReady()
+	return nil
+}
+
+// repairReservations lifts the cluster reservations that no unfinished or
+// retaining run accounts for (DESIGN §5: abandoned groups release or
+// retain per verdict): a reservation naming a run the evidence branch does
+// not know (a crash between reservation and admission), a passing node of
+// a finished run, and a retained node whose release document is durable.
+// It runs at start-up, after every run of the cluster has been loaded.
+func (r *Reconciler) repairReservations(ctx context.Context) error {
+	if r.fleet == nil {
+		return nil
+	}
+	if err := r.fleet.SweepCertified(ctx); err != nil {
+		r.log.Warn("sweeping certification labels", "error", err)
+	}
+	res, err := r.fleet.Reservations(ctx)
+	if err != nil {
+		return fmt.Errorf("reading node reservations: %w", err)
+	}
+	for _, rv := range res {
+		r.mu.Lock()
+		rs := r.runs[rv.Run]
+		r.mu.Unlock()
+		why := ""
+		switch {
+		case rs == nil:
+			why = "the run was never admitted (the reconciler stopped between reservation and admission)"
+		case rs.receipt == nil:
+			continue // the run resumes and releases per verdict
+		case slices.Contains(rs.released, rv.Node.Name):
+			why = "the node passed; the run finished"
+		default:
+			released, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.ReleaseFile))
+			if err != nil {
+				return err
+			}
+			if !released {
+				continue // retained until an approved release
+			}
+			why = "an approved release is recorded"
+		}
+		if err := r.fleet.Release(ctx, rv.Run, rv.Node); err != nil && !errors.Is(err, backend.ErrNotOurs) {
+			return fmt.Errorf("repairing the reservation of node %s by run %s: %w", rv.Node.Name, rv.Run, err)
+		}
+		if rs != nil {
+			r.holds.release(rs.id, []string{rv.Node.Name})
+		}
+		r.log.Warn("stale reservation repaired", "node", rv.Node.Name, "run", rv.Run, "reason", why)
+	}
 	return nil
 }
 

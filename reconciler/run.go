@@ -35,9 +35,11 @@ type runState struct {
 	nodes     []evidence.NodeSummary
 	released  []string
 	retained  []string
-	receipt   *evidence.FileRef
-	done      chan struct{}
-	started   time.Time
+	// releaseNotes say why a released node's reservation was not lifted.
+	releaseNotes []evidence.NodeNote
+	receipt      *evidence.FileRef
+	done         chan struct{}
+	started      time.Time
 }
 
 func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {
@@ -93,6 +95,16 @@ func (rs *runState) nodeNames() []string {
 		out[i] = p.Node
 	}
 	return out
+}
+
+// participantUID is the admitted UID of node.
+func (rs *runState) participantUID(node string) string {
+	for _, p := range rs.adm.Participants {
+		if p.Node == node {
+			return p.UID
+		}
+	}
+	return ""
 }
 
 func (rs *runState) finished() bool {

@@ -380,3 +380,13 @@ func validPath(p string) bool {
 func cleanAbsolute(p string) bool {
 	return strings.HasPrefix(p, "/") && path.Clean(p) == p
 }
+
+// ParsePinnedImage checks that ref is an image reference pinned by digest
+// (repo@sha256:<64 lowercase hex>) and returns its digest.
+func ParsePinnedImage(ref string) (Digest, error) {
+	m := imageRE.FindStringSubmatch(ref)
+	if m == nil {
+		return "", fmt.Errorf("%q is not an image reference pinned by digest (repo@sha256:<64 hex>)", ref)
+	}
+	return ParseDigest(m[1])
+}

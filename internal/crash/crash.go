@@ -62,3 +62,9 @@ var Points = []string{
 	"after-release",
 	"after-receipt",
 }
+
+// KubePoints are the crash points only a run on Kubernetes nodes reaches
+// (the local backend reserves nothing in the cluster).
+var KubePoints = []string{
+	"after-reservation",
+}

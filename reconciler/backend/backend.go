@@ -150,8 +150,10 @@ type Fleet interface {
 	// Release restores the node's previous cordon and taints exactly and
 	// removes the reservation, only when the node's UID is n.UID and its
 	// annotation names run; otherwise it changes nothing and returns an
-	// error wrapping ErrNotOurs. A node no longer reserved by anyone, or
-	// gone, returns ErrNotOurs too (nothing to release); callers record it.
+	// error wrapping ErrNotOurs (a node gone, re-created with another UID,
+	// or reserved by another run). Release is idempotent: a node with
+	// n.UID that no longer carries any reservation returns nil, so a step
+	// retried after a crash does not report a released node as lost.
 	Release(ctx context.Context, run string, n Node) error
 	// Reservations lists the nodes this cluster has reserved.
 	Reservations(ctx context.Context) ([]Reservation, error)

@@ -218,6 +218,13 @@ func (r *Repo) Commit(msg string) string {
 // specs.BundleDigest. onFailure is "" (continue) or "stop".
 func (r *Repo) AddProfile(name, onFailure string, checks ...Check) {
 	r.t.Helper()
+	r.AddProfileFor(name, 1, onFailure, checks...)
+}
+
+// AddProfileFor is AddProfile with participants.min = participants.max =
+// participants.
+func (r *Repo) AddProfileFor(name string, participants int, onFailure string, checks ...Check) {
+	r.t.Helper()
 	bundle := "bundles/" + name
 	var b strings.Builder
 	for _, c := range checks {
@@ -231,7 +238,7 @@ func (r *Repo) AddProfile(name, onFailure string, checks ...Check) {
 	require.NoError(r.t, err)
 	fmt.Fprintf(&b, "apiVersion: %s\nkind: CertificationProfile\nmetadata:\n  name: %s\nspec:\n", specs.APIVersion, name)
 	fmt.Fprintf(&b, "  bundle:\n    path: %s\n    digest: %s\n", bundle, d)
-	fmt.Fprintf(&b, "  participants:\n    min: 1\n    max: 1\n")
+	fmt.Fprintf(&b, "  participants:\n    min: %d\n    max: %d\n", participants, participants)
 	if onFailure != "" {
 		fmt.Fprintf(&b, "  onFailure: %s\n", onFailure)
 	}
@@ -260,7 +267,13 @@ func (r *Repo) AddProfile(name, onFailure string, checks ...Check) {
 // extra lines appended to its spec (e.g. "cancel: true").
 func (r *Repo) AddRequest(name, profile string, extra ...string) {
 	r.t.Helper()
-	s := fmt.Sprintf("apiVersion: %s\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: %s\n  nodes: [localhost]\n", specs.APIVersion, name, profile)
+	r.AddRequestFor(name, profile, []string{"localhost"}, extra...)
+}
+
+// AddRequestFor is AddRequest for the named nodes.
+func (r *Repo) AddRequestFor(name, profile string, nodes []string, extra ...string) {
+	r.t.Helper()
+	s := fmt.Sprintf("apiVersion: %s\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: %s\n  nodes: [%s]\n", specs.APIVersion, name, profile, strings.Join(nodes, ", "))
 	for _, e := range extra {
 		s += "  " + e + "\n"
 	}

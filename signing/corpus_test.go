@@ -64,9 +64,19 @@ func signingReasons(t *testing.T) []corpus.Reason {
 //   - X.commit: signing.VerifyCommitSignature under valid.trust.yaml;
 //   - X.decide.json: TrustPolicy.Decide of a subject and digest over the
 //     approvals and under the policy it names, at its "now"; the messages
-//     are the decision's reasons.
+//     are the decision's reasons;
+//   - X.keyvalid.json: TrustPolicy.KeyValidAt of a key id under the policy
+//     it names, at its "at";
+//   - X.fs.txtar: a file tree (corpus.ReadArchive) written to a temporary
+//     directory, then the loader its CALL file names run on a path of it
+//     (see fsMessages).
+//
+// X.repeat and X.tmpl stand for the input X (corpus.ReadInput).
 func corpusMessages(t *testing.T, file string) []string {
 	t.Helper()
+	if strings.HasSuffix(file, ".fs.txtar") {
+		return fsMessages(t, file)
+	}
 	name, b, err := corpus.ReadInput(file)
 	require.NoError(t, err)
 	errs := func(err error) []string {
@@ -76,6 +86,18 @@ func corpusMessages(t *testing.T, file string) []string {
 		return nil
 	}
 	switch {
+	case strings.HasSuffix(name, ".keyvalid.json"):
+		var k struct {
+			Policy, Key string
+			At          time.Time
+		}
+		require.NoError(t, json.Unmarshal(b, &k))
+		p, err := signing.LoadTrustPolicy(filepath.Join(corpusDir, k.Policy))
+		require.NoError(t, err)
+		if r := p.KeyValidAt(k.Key, k.At); r != "" {
+			return []string{r}
+		}
+		return nil
 	case strings.HasSuffix(name, ".trust.yaml"):
 		_, err := signing.ParseTrustPolicy(filepath.Base(name), b)
 		return errs(err)
@@ -129,6 +151,85 @@ func corpusMessages(t *testing.T, file string) []string {
 		return p.Decide(d.Subject, digest, approvals, d.Cluster, d.Now).Reasons
 	}
 	require.Failf(t, "unknown input kind", "%s", file)
+	return nil
+}
+
+// fsMessages writes the tree of an X.fs.txtar input to a temporary
+// directory and runs the loader its CALL file names, with paths relative
+// to the tree ("-" for an empty argument):
+//
+//   - LoadTrustPolicy PATH
+//   - LoadPrivateKey PATH (no passphrase)
+//   - ReadPassphrase FILE ENV
+//   - LoadApprovals DIR (over os.DirFS of the tree)
+//
+// Each line of its ENV file, NAME=VALUE or a bare NAME (unset), is set in
+// the environment for the call.
+func fsMessages(t *testing.T, file string) []string {
+	t.Helper()
+	fsys, err := corpus.ReadArchive(file, nil)
+	require.NoError(t, err)
+	take := func(name string) string {
+		f, ok := fsys[name]
+		if !ok {
+			return ""
+		}
+		delete(fsys, name)
+		return strings.TrimSpace(string(f.Data))
+	}
+	call := strings.Fields(take("CALL"))
+	require.NotEmpty(t, call, "%s: no CALL file", file)
+	for _, line := range strings.Split(take("ENV"), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		k, v, set := strings.Cut(line, "=")
+		t.Setenv(k, v) // restores the variable after the test
+		if !set {
+			require.NoError(t, os.Unsetenv(k))
+		}
+	}
+	dir := t.TempDir()
+	require.NoError(t, corpus.WriteTree(dir, fsys))
+	arg := func(i int) string {
+		require.Greater(t, len(call), i, "%s: CALL %s needs %d arguments", file, call[0], i)
+		return call[i]
+	}
+	path := func(i int) string {
+		if arg(i) == "-" {
+			return ""
+		}
+		return filepath.Join(dir, filepath.FromSlash(arg(i)))
+	}
+	one := func(err error) []string {
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return nil
+	}
+	switch call[0] {
+	case "LoadTrustPolicy":
+		_, err := signing.LoadTrustPolicy(path(1))
+		return one(err)
+	case "LoadPrivateKey":
+		_, err := signing.LoadPrivateKey(path(1), nil)
+		return one(err)
+	case "ReadPassphrase":
+		env := arg(2)
+		if env == "-" {
+			env = ""
+		}
+		_, err := signing.ReadPassphrase(path(1), env)
+		return one(err)
+	case "LoadApprovals":
+		_, errs := signing.LoadApprovals(os.DirFS(dir), arg(1))
+		var out []string
+		for _, err := range errs {
+			out = append(out, err.Error())
+		}
+		return out
+	}
+	require.Failf(t, "unknown CALL", "%s: %q", file, call[0])
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/hiddeco/sshsig"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
@@ -105,9 +106,9 @@ func newPublicKey(k crypto.PublicKey) (*PublicKey, error) {
 			return nil, fmt.Errorf("ecdsa key on curve %s: only P-256 is accepted", k.Curve.Params().Name)
 		}
 	case ed25519.PublicKey:
-		if len(k) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("ed25519 public key of %d bytes", len(k))
-		}
+		// Its length needs no check here: x509.ParsePKIXPublicKey, the ssh
+		// parsers and a PKCS#8 private key only yield 32-byte keys, and
+		// ssh.NewPublicKey below refuses any other length.
 	default:
 		return nil, fmt.Errorf("public key type %T is not ecdsa-p256 or ed25519", k)
 	}
@@ -299,9 +300,11 @@ func (p *PublicKey) verify(msg, sig []byte) bool {
 	return p.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)) == nil
 }
 
-// readBounded reads a regular file of at most limit bytes.
+// readBounded reads a regular file of at most limit bytes. It opens the
+// path without blocking, so that a named pipe is refused as not a regular
+// file instead of hanging until something writes to it.
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("could not read %s: %w", path, err)
 	}

@@ -2,13 +2,17 @@ package corpus
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing/fstest"
+	"text/template"
 )
 
 // ReadArchive reads a file tree written as a txtar-style archive: each
@@ -92,14 +96,24 @@ func ReadArchive(file string, base fstest.MapFS) (fstest.MapFS, error) {
 	return fsys, nil
 }
 
-// ReadInput reads one input file. A file named X.repeat stands for the
-// input X: its first line is a byte count N, and the input is the rest of
-// the file repeated, then cut, to exactly N bytes (a size bound's input
-// without checking in megabytes). It returns the input's name (X) too.
+// ReadInput reads one input file. Two kinds of file stand for an input X
+// too large to check in, and ReadInput returns its name (X) with it:
+//
+//   - X.repeat: its first line is a byte count N, and the input is the rest
+//     of the file repeated, then cut, to exactly N bytes (a size bound's
+//     input);
+//   - X.tmpl: a text/template whose output is the input, with the
+//     functions repeat (N copies of a string joined by a separator) and
+//     base64 (standard padded encoding), for an input whose structure
+//     counts, such as an envelope whose payload holds N subjects.
 func ReadInput(file string) (name string, data []byte, err error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", nil, err
+	}
+	if name, ok := strings.CutSuffix(file, ".tmpl"); ok {
+		data, err := expand(file, b)
+		return name, data, err
 	}
 	name, ok := strings.CutSuffix(file, ".repeat")
 	if !ok {
@@ -111,4 +125,76 @@ func ReadInput(file string) (name string, data []byte, err error) {
 		return "", nil, fmt.Errorf("%s: want a byte count on the first line and a unit after it", file)
 	}
 	return name, bytes.Repeat(unit, n/len(unit)+1)[:n], nil
+}
+
+// maxExpanded bounds what a template may produce, so that a typo in a
+// count fails the test instead of exhausting memory.
+const maxExpanded = 64 << 20
+
+func expand(file string, b []byte) ([]byte, error) {
+	funcs := template.FuncMap{
+		"repeat": func(n int, s, sep string) (string, error) {
+			if n < 0 || int64(n)*int64(len(s)+len(sep)) > maxExpanded {
+				return "", fmt.Errorf("repeat %d: out of range", n)
+			}
+			parts := make([]string, n)
+			for i := range parts {
+				parts[i] = s
+			}
+			return strings.Join(parts, sep), nil
+		},
+		"base64": func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) },
+	}
+	tmpl, err := template.New(filepath.Base(file)).Funcs(funcs).Option("missingkey=error").Parse(string(b))
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := tmpl.Execute(&out, nil); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// WriteTree writes fsys (as ReadArchive returns it) under dir, which must
+// exist: regular files with their mode's permission bits, directories,
+// symbolic links and named pipes, so that an input can be a path whose
+// file-system type or size is what is wrong with it.
+func WriteTree(dir string, fsys fstest.MapFS) error {
+	names := make([]string, 0, len(fsys))
+	for n := range fsys {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		f := fsys[n]
+		if !fs.ValidPath(n) {
+			return fmt.Errorf("%q: not a valid path", n)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		switch f.Mode.Type() {
+		case 0:
+			if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
+				return err
+			}
+		case fs.ModeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case fs.ModeSymlink:
+			if err := os.Symlink(string(f.Data), p); err != nil {
+				return err
+			}
+		case fs.ModeNamedPipe:
+			if err := mkfifo(p); err != nil {
+				return fmt.Errorf("%s: %w", n, err)
+			}
+		default:
+			return fmt.Errorf("%s: cannot write a file of mode %s", n, f.Mode)
+		}
+	}
+	return nil
 }

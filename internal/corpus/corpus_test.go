@@ -74,6 +74,33 @@ func TestReadArchive(t *testing.T) {
 	assert.True(t, fsys["e"].Mode.IsDir())
 }
 
+func TestReadInputTemplate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "x.json.tmpl")
+	require.NoError(t, os.WriteFile(file, []byte(`{{- $s := printf "[%s]" (repeat 3 "1" ",") -}}
+{"a":{{$s}},"b":"{{base64 $s}}"}`), 0o644))
+	name, b, err := ReadInput(file)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(filepath.Dir(file), "x.json"), name)
+	assert.Equal(t, `{"a":[1,1,1],"b":"WzEsMSwxXQ=="}`, string(b))
+}
+
+func TestWriteTree(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.txtar")
+	require.NoError(t, os.WriteFile(file, []byte("-- a/f --\nx\n-- l@symlink --\na/f\n-- p@fifo --\n-- e@dir --\n"), 0o644))
+	fsys, err := ReadArchive(file, nil)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, WriteTree(dir, fsys))
+	b, err := os.ReadFile(filepath.Join(dir, "l"))
+	require.NoError(t, err)
+	assert.Equal(t, "x\n", string(b))
+	for name, want := range map[string]fs.FileMode{"a/f": 0, "l": fs.ModeSymlink, "p": fs.ModeNamedPipe, "e": fs.ModeDir} {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, fi.Mode().Type(), name)
+	}
+}
+
 func mustCompile(t *testing.T, re string) *regexp.Regexp {
 	t.Helper()
 	r, err := regexp.Compile(re)

@@ -15,7 +15,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"k8s.io/client-go/kubernetes"
+
 	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/kube"
 )
 
 func init() { addCommand(newReconcileCmd) }
@@ -118,15 +121,47 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
 		}
 	}()
 	log.Info("reconciler starting", "cluster", cfg.Cluster, "listen", ln.Addr().String())
-	if err := r.Recover(ctx); err != nil {
-		log.Error("recovery failed", "error", err)
-		return err
+	act := func(ctx context.Context) error {
+		if err := r.Recover(ctx); err != nil {
+			log.Error("recovery failed", "error", err)
+			return err
+		}
+		r.Start(ctx)
+		<-ctx.Done()
+		return nil
 	}
-	r.Start(ctx)
-	<-ctx.Done()
+	var runErr error
+	if le := cfg.Kubernetes.LeaderElection; le != nil {
+		runErr = leadThen(ctx, cfg, le, log, act)
+	} else {
+		runErr = act(ctx)
+	}
 	log.Info("stopping: every admitted run stays recoverable")
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(stopCtx)
-	return r.Close(stopCtx)
+	return errors.Join(runErr, r.Close(stopCtx))
+}
+
+// leadThen runs act only while this replica holds the leader Lease. A lost
+// lease ends the process with an error (the Deployment restarts it as a
+// follower): a replica that lost the lease must not act on anything.
+func leadThen(ctx context.Context, cfg *reconciler.Config, le *reconciler.LeaderElectionConfig, log *slog.Logger, act func(context.Context) error) error {
+	rc, err := reconciler.KubeRESTConfig(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	id, _ := os.Hostname()
+	if v := os.Getenv("POD_NAME"); v != "" {
+		id = v
+	}
+	var actErr error
+	err = kube.Lead(ctx, client, le.Namespace, le.Name, id, log, func(ctx context.Context) {
+		actErr = act(ctx)
+	})
+	return errors.Join(err, actErr)
 }

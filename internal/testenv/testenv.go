@@ -161,6 +161,7 @@ type Check struct {
 	Stage    string
 	Backend  string // "local" when empty
 	Workload string // spec.checks[].workload as one line of flow YAML
+	GPUCount int    // spec.checks[].gpuCount; omitted when zero
 	Raw      bool   // Script is the whole file, without the prelude
 }
 
@@ -255,6 +256,9 @@ func (r *Repo) AddProfileFor(name string, participants int, onFailure string, ch
 		fmt.Fprintf(&b, "  - name: %s\n    script: %s.sh\n    backend: %s\n    deadline: %ds\n", c.Name, c.Name, be, dl)
 		if c.Stage != "" {
 			fmt.Fprintf(&b, "    stage: %s\n", c.Stage)
+		}
+		if c.GPUCount != 0 {
+			fmt.Fprintf(&b, "    gpuCount: %d\n", c.GPUCount)
 		}
 		if c.Workload != "" {
 			fmt.Fprintf(&b, "    workload: %s\n", c.Workload)

@@ -1,0 +1,548 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/procutil"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/specs"
+)
+
+// Defaults for zero PodOptions fields.
+const (
+	DefaultPollInterval   = 2 * time.Second
+	DefaultMaxLogBytes    = 64 << 10
+	DefaultCleanupTimeout = 2 * time.Minute
+)
+
+// finalReadTimeout bounds the reads (nodes, logs) that complete a report
+// once observation ended, even when ctx is already done.
+const finalReadTimeout = 15 * time.Second
+
+// PodOptions configures a PodBackend.
+type PodOptions struct {
+	// Namespace holds every check's ConfigMap and pods.
+	Namespace string
+	// SignetImage is the digest-pinned image holding the static signet
+	// binary at /signet; its init container installs `signet exec`.
+	SignetImage string
+	// Logger; slog.Default() when nil.
+	Logger *slog.Logger
+	// PollInterval is how often a check's pods are listed while observed.
+	PollInterval time.Duration
+	// MaxLogBytes bounds each participant's kept log tail.
+	MaxLogBytes int
+	// CleanupTimeout bounds how long Cleanup waits for the objects to go.
+	CleanupTimeout time.Duration
+}
+
+// PodBackend is the `pod` backend (DESIGN §7): one pod per participant,
+// pinned to its node, running the check through `signet exec` from a
+// run-owned immutable ConfigMap holding the verified script. It never
+// recreates a pod: a pod deleted or replaced behind its back is reported as
+// that participant's Error. Pods and ConfigMap carry the run and check
+// labels and no owner reference; Cleanup deletes them explicitly.
+//
+// Observation lists the check's pods by label every PollInterval (one
+// request per check and interval). Logs come from pods/log, stdout and
+// stderr interleaved as the kubelet keeps them, in ParticipantReport.Stdout.
+type PodBackend struct {
+	client kubernetes.Interface
+	o      PodOptions
+	log    *slog.Logger
+}
+
+var _ backend.Backend = (*PodBackend)(nil)
+
+// NewPodBackend returns the pod backend talking to client.
+func NewPodBackend(client kubernetes.Interface, o PodOptions) *PodBackend {
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.MaxLogBytes <= 0 {
+		o.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if o.CleanupTimeout <= 0 {
+		o.CleanupTimeout = DefaultCleanupTimeout
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &PodBackend{client: client, o: o, log: log}
+}
+
+// Describe returns "configmap/NAME" and "pod/NAME" for every object Run
+// creates, and the digest of their canonical JSON as sent to the API
+// server.
+func (b *PodBackend) Describe(c *backend.CheckRun) ([]string, specs.Digest, error) {
+	r, err := render(c, b.o.Namespace, b.o.SignetImage)
+	if err != nil {
+		return nil, "", err
+	}
+	d, err := r.digest()
+	if err != nil {
+		return nil, "", err
+	}
+	return r.names(), d, nil
+}
+
+// Run creates the check's ConfigMap, then its pods, and observes them until
+// every pod is terminal, c.Deadline passes, or ctx is done. A create that
+// fails (an object already there included: Run never adopts) returns the
+// error at once, leaving what was created for Cleanup.
+func (b *PodBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.CheckReport, error) {
+	r, err := render(c, b.o.Namespace, b.o.SignetImage)
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	cms := b.client.CoreV1().ConfigMaps(b.o.Namespace)
+	if _, err := cms.Create(ctx, r.ConfigMap, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("pod backend: create configmap %s/%s: %w", b.o.Namespace, r.ConfigMap.Name, err)
+	}
+	ws := make([]*watched, len(r.Pods))
+	for i, p := range r.Pods {
+		got, err := b.client.CoreV1().Pods(b.o.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("pod backend: create pod %s/%s: %w", b.o.Namespace, p.Name, err)
+		}
+		ws[i] = &watched{name: p.Name, uid: got.UID}
+	}
+	b.log.Info("check pods created", "run", c.Run, "check", c.Check.Name, "pods", len(r.Pods))
+	return b.observe(ctx, c, ws, started), nil
+}
+
+// Adopt finds the pods of a check whose intent was written before a
+// restart and observes them as Run does; it never creates anything. found
+// is false when no pod of the check exists (the ConfigMap alone proves
+// nothing ran). A pod is taken as the one signet created when it carries
+// the check's labels and nonce; a missing one is reported as deleted
+// behind signet's back.
+func (b *PodBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backend.CheckReport, bool, error) {
+	if len(c.Participants) == 0 {
+		return nil, false, errors.New("pod backend: no participants")
+	}
+	ws := make([]*watched, len(c.Participants))
+	var earliest time.Time
+	found := false
+	for i := range c.Participants {
+		name := podName(c.Run, c.Index, i)
+		ws[i] = &watched{name: name}
+		p, err := b.client.CoreV1().Pods(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			ws[i].lost = "pod deleted behind signet's back: pod " + name + " is gone"
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("pod backend: adopt: %w", err)
+		}
+		found = true
+		if !ownPod(c, i, p) {
+			ws[i].lost = fmt.Sprintf("pod deleted behind signet's back: pod %s (uid %s) does not carry this check's labels and nonce", name, p.UID)
+			continue
+		}
+		ws[i].uid = p.UID
+		if t := p.CreationTimestamp.Time; earliest.IsZero() || t.Before(earliest) {
+			earliest = t
+		}
+	}
+	if !found {
+		return nil, false, nil
+	}
+	return b.observe(ctx, c, ws, earliest), true, nil
+}
+
+// ownPod reports whether p carries check c's labels for participant i and
+// its nonce.
+func ownPod(c *backend.CheckRun, i int, p *corev1.Pod) bool {
+	for k, v := range objectLabels(c) {
+		if p.Labels[k] != v {
+			return false
+		}
+	}
+	if p.Labels[ParticipantLabel] != strconv.Itoa(i) {
+		return false
+	}
+	for _, ctr := range p.Spec.Containers {
+		if ctr.Name != checkContainerName {
+			continue
+		}
+		for _, e := range ctr.Env {
+			if e.Name == specs.EnvNonce {
+				return e.Value == c.Nonce
+			}
+		}
+	}
+	return false
+}
+
+// watched is what observe knows of one participant's pod.
+type watched struct {
+	name string
+	uid  types.UID // the UID signet created (or adopted)
+	pod  *corev1.Pod
+	// lost says why the pod is no longer the one signet created.
+	lost string
+	// nodeUIDs are the UIDs read for the pod's node, first and last.
+	nodeUIDs []string
+}
+
+func (w *watched) terminal() bool {
+	return w.lost != "" || (w.pod != nil && (w.pod.Status.Phase == corev1.PodSucceeded || w.pod.Status.Phase == corev1.PodFailed))
+}
+
+// observe polls the pods ws of c until each is terminal or lost,
+// c.Deadline passes, or ctx is done, then builds the report.
+func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*watched, started time.Time) *backend.CheckReport {
+	deadline := time.NewTimer(time.Until(c.Deadline))
+	defer deadline.Stop()
+	tick := time.NewTicker(b.o.PollInterval)
+	defer tick.Stop()
+	var deadlinePassed, canceled bool
+	for {
+		if err := b.poll(ctx, c, ws); err != nil && ctx.Err() == nil {
+			b.log.Warn("listing check pods failed; retrying", "run", c.Run, "check", c.Check.Name, "error", err)
+		}
+		all := true
+		for _, w := range ws {
+			all = all && w.terminal()
+		}
+		if all {
+			break
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-deadline.C:
+			deadlinePassed = true
+		case <-ctx.Done():
+			canceled = true
+		}
+		break
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalReadTimeout)
+	defer cancel()
+	if deadlinePassed || canceled {
+		// One last look: a pod may have ended since the last poll.
+		_ = b.poll(rctx, c, ws)
+	}
+	rep := &backend.CheckReport{StartedAt: started}
+	for i, w := range ws {
+		rep.Participants = append(rep.Participants, b.participantReport(rctx, c, i, w, deadlinePassed, canceled))
+	}
+	rep.EndedAt = time.Now()
+	return rep
+}
+
+// poll lists the check's pods and updates every participant not yet
+// terminal: a pod missing, replaced (another UID) or being deleted is lost.
+func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watched) error {
+	pods := b.client.CoreV1().Pods(b.o.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	for _, w := range ws {
+		if w.terminal() {
+			continue
+		}
+		p := byName[w.name]
+		if p == nil {
+			// Not listed: gone, or its labels changed. Look it up by name.
+			got, err := pods.Get(ctx, w.name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				w.lost = "pod deleted behind signet's back: pod " + w.name + " is gone"
+				continue
+			case err != nil:
+				return err
+			}
+			p = got
+		}
+		switch {
+		case p.UID != w.uid:
+			w.lost = fmt.Sprintf("pod deleted behind signet's back: pod %s was replaced (uid %s, signet's was %s)", w.name, p.UID, w.uid)
+			continue
+		case p.DeletionTimestamp != nil:
+			w.pod = p
+			w.lost = "pod deleted behind signet's back: pod " + w.name + " is being deleted"
+			continue
+		}
+		if p.Spec.NodeName != "" && len(w.nodeUIDs) == 0 {
+			w.nodeUIDs = append(w.nodeUIDs, b.nodeUID(ctx, p.Spec.NodeName))
+		}
+		w.pod = p
+	}
+	return nil
+}
+
+// nodeUID returns the UID of node name, or "" when it cannot be read.
+func (b *PodBackend) nodeUID(ctx context.Context, name string) string {
+	n, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return string(n.UID)
+}
+
+// participantReport turns what was observed of participant i into its
+// report: identity (pod UID, node name, node UID read when the pod was
+// first seen bound and again now; a UID other than the admitted one is
+// reported), termination, result and log tail.
+func (b *PodBackend) participantReport(ctx context.Context, c *backend.CheckRun, i int, w *watched, deadlinePassed, canceled bool) backend.ParticipantReport {
+	part := c.Participants[i]
+	pr := backend.ParticipantReport{Node: part.Node}
+	var notes []string
+	p := w.pod
+	if p == nil {
+		pr.Termination.Reason = withNote(w.lost, "pod "+w.name+" was never observed")
+		if deadlinePassed && w.lost == "" {
+			pr.Termination.DeadlineExceeded = true
+		}
+		if canceled && w.lost == "" {
+			pr.Termination.Canceled = true
+		}
+		return pr
+	}
+
+	pr.Identity = evidence.Identity{Workload: "pod:" + p.Namespace + "/" + p.Name + "@" + string(p.UID), Node: p.Spec.NodeName}
+	if p.Spec.NodeName != "" {
+		if w.lost == "" || len(w.nodeUIDs) == 0 {
+			w.nodeUIDs = append(w.nodeUIDs, b.nodeUID(ctx, p.Spec.NodeName))
+		}
+		pr.Identity.NodeUID = w.nodeUIDs[0]
+		for _, u := range w.nodeUIDs {
+			if u != part.UID {
+				pr.Identity.NodeUID = u
+				if u == "" {
+					notes = append(notes, "node "+p.Spec.NodeName+" could not be read")
+				} else {
+					notes = append(notes, fmt.Sprintf("node %s has uid %s, admitted uid %s", p.Spec.NodeName, u, part.UID))
+				}
+				break
+			}
+		}
+		if p.Spec.NodeName != part.Node {
+			notes = append(notes, fmt.Sprintf("pod ran on node %s, not on participant %s", p.Spec.NodeName, part.Node))
+		}
+	}
+
+	term, result, more := podTermination(p)
+	notes = append(notes, more...)
+	pr.Result = result
+	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	switch {
+	case w.lost != "":
+		// Whatever it did, it is no longer the workload signet created and
+		// observed to its end.
+		term.Exited, term.ExitCode, term.Signal = false, 0, ""
+		term.DeadlineExceeded = false
+		pr.Result = nil
+		notes = append([]string{w.lost}, notes...)
+	case !terminal && deadlinePassed:
+		term.DeadlineExceeded = true
+		notes = append(notes, fmt.Sprintf("pod %s still %s at the check deadline %s", p.Name, p.Status.Phase, c.Deadline.UTC().Format(time.RFC3339)))
+	case !terminal && canceled:
+		term.Canceled = true
+		notes = append(notes, fmt.Sprintf("observation canceled with pod %s %s", p.Name, p.Status.Phase))
+	}
+
+	if term.Started {
+		out, err := b.logs(ctx, p.Name)
+		if err != nil {
+			notes = append(notes, "logs not read: "+err.Error())
+		}
+		pr.Stdout = out
+	}
+	term.Reason = strings.Join(notes, "; ")
+	pr.Termination = term
+	return pr
+}
+
+// podTermination reads the check container's state: started or not, how it
+// ended and its result, with notes on the pod's phase and the install
+// container.
+func podTermination(p *corev1.Pod) (specs.Termination, []byte, []string) {
+	var notes []string
+	var term specs.Termination
+	var result []byte
+	if p.Status.Reason == "DeadlineExceeded" {
+		term.DeadlineExceeded = true
+	}
+	if p.Status.Reason != "" || p.Status.Message != "" {
+		notes = append(notes, strings.TrimSpace("pod "+string(p.Status.Phase)+": "+p.Status.Reason+" "+p.Status.Message))
+	}
+	for _, cs := range p.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			notes = append(notes, fmt.Sprintf("init container %s exited with code %d: %s", cs.Name, t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message)))
+		}
+		if wt := cs.State.Waiting; wt != nil && wt.Reason != "" && wt.Reason != "PodInitializing" {
+			notes = append(notes, fmt.Sprintf("init container %s waiting: %s", cs.Name, strings.TrimSpace(wt.Reason+" "+wt.Message)))
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != checkContainerName {
+			continue
+		}
+		switch {
+		case cs.State.Terminated != nil:
+			t, r, n := resultFromTermination(cs.State.Terminated)
+			t.DeadlineExceeded = term.DeadlineExceeded
+			term, result = t, r
+			notes = append(notes, n...)
+		case cs.State.Running != nil:
+			term.Started = true
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "" && cs.State.Waiting.Reason != "PodInitializing":
+			notes = append(notes, "container check waiting: "+strings.TrimSpace(cs.State.Waiting.Reason+" "+cs.State.Waiting.Message))
+		}
+	}
+	if p.Status.Phase == corev1.PodPending && p.Spec.NodeName == "" {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+				notes = append(notes, "unscheduled: "+strings.TrimSpace(cond.Reason+" "+cond.Message))
+			}
+		}
+	}
+	return term, result, notes
+}
+
+// resultFromTermination maps a terminated check container to a
+// Termination and result, as the local backend maps a process: exit code
+// 128+n (how signet exec and container runtimes report signal n) is the
+// signal, anything else an exit with that code. The termination message is
+// the result (nil when empty); one starting with RefusalPrefix is signet
+// exec saying why there is none, reported as ResultRefused.
+func resultFromTermination(t *corev1.ContainerStateTerminated) (specs.Termination, []byte, []string) {
+	term := specs.Termination{Started: true}
+	var notes []string
+	code := int(t.ExitCode)
+	if code > 128 && code <= 128+64 {
+		sig := syscall.Signal(code - 128)
+		term.Signal = unix.SignalName(sig)
+		if term.Signal == "" {
+			term.Signal = "signal " + strconv.Itoa(int(sig))
+		}
+		notes = append(notes, fmt.Sprintf("container exit code %d (128+%s)", code, term.Signal))
+	} else {
+		term.Exited, term.ExitCode = true, code
+		notes = append(notes, fmt.Sprintf("exited with code %d", code))
+	}
+	if t.Reason != "" && t.Reason != "Completed" && t.Reason != "Error" {
+		notes = append(notes, "container "+t.Reason)
+	}
+	var result []byte
+	switch msg := t.Message; {
+	case msg == "":
+	case strings.HasPrefix(msg, RefusalPrefix):
+		term.ResultRefused = strings.TrimSpace(msg)
+	default:
+		result = []byte(msg)
+	}
+	return term, result, notes
+}
+
+// logs reads the tail of the check container's log, at most MaxLogBytes.
+func (b *PodBackend) logs(ctx context.Context, pod string) ([]byte, error) {
+	limit := int64(8 * b.o.MaxLogBytes)
+	lines := int64(max(100, b.o.MaxLogBytes/40))
+	rc, err := b.client.CoreV1().Pods(b.o.Namespace).GetLogs(pod, &corev1.PodLogOptions{
+		Container: checkContainerName, LimitBytes: &limit, TailLines: &lines,
+	}).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tail := procutil.NewTail(b.o.MaxLogBytes)
+	if _, err := io.Copy(tail, rc); err != nil {
+		return tail.Bytes(), err
+	}
+	return tail.Bytes(), nil
+}
+
+// Cleanup deletes the check's pods and ConfigMap with foreground
+// propagation and waits, at most CleanupTimeout, until they are gone. What
+// is already gone is not an error.
+func (b *PodBackend) Cleanup(ctx context.Context, c *backend.CheckRun) error {
+	ctx, cancel := context.WithTimeout(ctx, b.o.CleanupTimeout)
+	defer cancel()
+	fg := metav1.DeletePropagationForeground
+	del := metav1.DeleteOptions{PropagationPolicy: &fg}
+	pods := b.client.CoreV1().Pods(b.o.Namespace)
+	cms := b.client.CoreV1().ConfigMaps(b.o.Namespace)
+	var errs []error
+	for i := range c.Participants {
+		if err := pods.Delete(ctx, podName(c.Run, c.Index, i), del); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := cms.Delete(ctx, checkBaseName(c.Run, c.Index), del); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("pod backend: cleanup: %w", errors.Join(errs...))
+	}
+	tick := time.NewTicker(b.o.PollInterval)
+	defer tick.Stop()
+	for {
+		left, err := b.remaining(ctx, c)
+		if err == nil && len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("pod backend: cleanup: %w", err)
+			}
+			return fmt.Errorf("pod backend: cleanup: still present after %v: %s", b.o.CleanupTimeout, strings.Join(left, ", "))
+		case <-tick.C:
+		}
+	}
+}
+
+// remaining lists the check's objects still present.
+func (b *PodBackend) remaining(ctx context.Context, c *backend.CheckRun) ([]string, error) {
+	var left []string
+	pl, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pl.Items {
+		left = append(left, "pod/"+p.Name)
+	}
+	_, err = b.client.CoreV1().ConfigMaps(b.o.Namespace).Get(ctx, checkBaseName(c.Run, c.Index), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		left = append(left, "configmap/"+checkBaseName(c.Run, c.Index))
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	return left, nil
+}
+
+func withNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
+}

@@ -2,9 +2,17 @@ package reconciler
 
 import (
 	"fmt"
+	"log/slog"
+	"time"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/reconciler/kube"
+	"signet.dev/signet/specs"
 )
 
 // KubeRESTConfig is the client configuration of cfg.Kubernetes: its
@@ -26,4 +34,33 @@ func KubeRESTConfig(cfg *Config) (*rest.Config, error) {
 	rc.QPS, rc.Burst = 50, 100
 	rc.UserAgent = "signet-reconciler/" + cfg.Cluster
 	return rc, nil
+}
+
+// buildKube wires the Kubernetes side of cfg: the Fleet and the enabled
+// pod and mpijob backends, all in the ceiling's namespace.
+func buildKube(cfg *Config, log *slog.Logger, backends map[specs.Backend]Backend) (backend.Fleet, error) {
+	rc, err := KubeRESTConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	fo := kube.FleetOptions{Cluster: cfg.Cluster, Logger: log}
+	if ttl := time.Duration(cfg.Kubernetes.CertifyTTL) * time.Second; ttl > 0 {
+		fo.Certify = &kube.CertifyOptions{TTL: ttl}
+	}
+	ns := cfg.Ceiling.Namespace
+	if cfg.Backends.Pod.Enabled {
+		backends[specs.BackendPod] = kube.NewPodBackend(client, kube.PodOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: log})
+	}
+	if cfg.Backends.MPIJob.Enabled {
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+		backends[specs.BackendMPIJob] = kube.NewMPIJobBackend(dyn, client, kube.MPIJobOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: log})
+	}
+	return kube.NewFleet(client, fo), nil
 }

@@ -236,6 +236,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		return evidence.CheckSummary{}, fmt.Errorf("check evidence: %w", err)
 	}
 	crash.Point("after-check-evidence")
+	r.observe(Event{Run: rs.id, Check: ck.Name, Index: i, Total: len(rs.adm.ProfileObject.Spec.Checks), Verdict: ce.Verdict, Recorded: true})
 	r.metrics.checks.WithLabelValues(string(ce.Verdict)).Inc()
 	if err := be.Cleanup(ctx, cr); err != nil {
 		log.Warn("backend cleanup failed", "error", err)

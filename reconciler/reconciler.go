@@ -69,10 +69,13 @@ type Event struct {
 	Index   int
 	Total   int
 	Started bool
-	Done    bool
-	Skipped bool
-	Verdict specs.Verdict
-	Message string
+	// Recorded: the check's evidence is durable (its backend not yet
+	// cleaned up).
+	Recorded bool
+	Done     bool
+	Skipped  bool
+	Verdict  specs.Verdict
+	Message  string
 }
 
 // Options are the parts of a Reconciler that are not configuration.

@@ -142,6 +142,14 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 		}
 		backends[specs.BackendLocal] = lb
 	}
+	if cfg.Backends.kubeEnabled() {
+		fleet, err := buildKube(cfg, log, backends)
+		if err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+		o.Fleet = fleet
+	}
 	o.Logger, o.Store, o.Source, o.Nodes, o.Key, o.Backends, o.Metrics = log, store, src, LocalNodes{}, key, backends, NewMetrics(reg)
 	r, err := New(cfg, o)
 	if err != nil {

@@ -1,0 +1,334 @@
+package kubetest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"signet.dev/signet/internal/procutil"
+)
+
+const testImage = "registry.invalid/signet-check@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+// imageDir makes a directory standing for testImage's root filesystem.
+func imageDir(t *testing.T) string {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "payload"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "payload", "data.txt"), []byte("hello-from-image"), 0o644))
+	return dir
+}
+
+// shPod is a pod pinned to node whose one container runs sh -c script with
+// args.
+func shPod(name, node, script string, args ...string) *corev1.Pod {
+	p := pinnedPod(name, node)
+	p.Spec.Containers[0].Image = testImage
+	p.Spec.Containers[0].Command = append([]string{"sh", "-c", script, "sh"}, args...)
+	return p
+}
+
+func waitPod(t *testing.T, env *Env, name string, within time.Duration, cond func(c *assert.CollectT, p *corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	var out *corev1.Pod
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p, err := env.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(c, err)
+		cond(c, p)
+		out = p
+	}, within, 100*time.Millisecond)
+	return out
+}
+
+func waitGone(t *testing.T, env *Env, name string, within time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := env.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "pod %s still there (%v)", name, err)
+	}, within, 100*time.Millisecond)
+}
+
+var pidLine = regexp.MustCompile(`pid=(\d+)`)
+
+// pidOf waits for "pid=N" in the container's log.
+func pidOf(t *testing.T, a *Agent, pod string) int {
+	t.Helper()
+	var pid int
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m := pidLine.FindStringSubmatch(a.Logs("default", pod, "check"))
+		require.NotNil(c, m)
+		pid, _ = strconv.Atoi(m[1])
+	}, 30*time.Second, 50*time.Millisecond)
+	return pid
+}
+
+func terminated(c *assert.CollectT, s []corev1.ContainerStatus) *corev1.ContainerStateTerminated {
+	require.Len(c, s, 1)
+	require.NotNil(c, s[0].State.Terminated)
+	return s[0].State.Terminated
+}
+
+// TestAgent runs pods through the agent on simulated GPU nodes against the
+// real control plane.
+func TestAgent(t *testing.T) {
+	env := Start(t)
+	ctx := t.Context()
+	cs := env.Client
+	env.CreateNode(ctx, NodeOptions{Name: "gpu-1", GPUs: 8})
+	env.CreateNode(ctx, NodeOptions{Name: "gpu-2", GPUs: 8})
+	a := env.StartAgent(t, AgentOptions{
+		Nodes:     []string{"gpu-1", "gpu-2"},
+		Images:    map[string]string{testImage: imageDir(t)},
+		Misbehave: MisbehaveByName(map[string]Misbehaviour{"lost": LosePod, "stuck": NeverTerminate}),
+	})
+
+	t.Run("init container, volumes and termination message", func(t *testing.T) {
+		_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "script"},
+			Data:       map[string]string{"input.txt": "from-configmap"},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		p := shPod("fails", "gpu-1",
+			`echo "node=$NODE"; printf '%s|%s' "$(cat "$1")" "$(cat "$2")" > "$3"; exit 1`,
+			"/work/data.txt", "/cfg/in/input.txt", "/dev/termination-log")
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"},
+		}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "work", MountPath: "/work"}, {Name: "cfg", MountPath: "/cfg/in"}}
+		p.Spec.InitContainers = []corev1.Container{{
+			Name: "copy", Image: testImage,
+			Command:      []string{"cp", "/payload/data.txt", "/work/data.txt"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/work"}},
+		}}
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "script"},
+			}}},
+		}
+		_, err = cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		got := waitPod(t, env, "fails", 60*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodFailed, p.Status.Phase)
+		})
+		assert.Equal(t, PodIP, got.Status.PodIP)
+		assert.NotNil(t, got.Status.StartTime)
+		require.Len(t, got.Status.InitContainerStatuses, 1)
+		init := got.Status.InitContainerStatuses[0].State.Terminated
+		require.NotNil(t, init)
+		assert.Equal(t, int32(0), init.ExitCode)
+		assert.Equal(t, "Completed", init.Reason)
+		require.Len(t, got.Status.ContainerStatuses, 1)
+		main := got.Status.ContainerStatuses[0].State.Terminated
+		require.NotNil(t, main)
+		assert.Equal(t, int32(1), main.ExitCode)
+		assert.Equal(t, "Error", main.Reason)
+		assert.Equal(t, "hello-from-image|from-configmap", main.Message)
+		assert.NotEmpty(t, got.Status.ContainerStatuses[0].ContainerID)
+		assert.False(t, main.FinishedAt.Before(&main.StartedAt))
+		assert.Equal(t, "node=gpu-1\n", a.Logs("default", "fails", "check"))
+	})
+
+	t.Run("oversized termination message keeps the last 4096 bytes", func(t *testing.T) {
+		_, err := cs.CoreV1().Pods("default").Create(ctx, shPod("oversized", "gpu-2",
+			`head -c 6144 /dev/zero | tr '\0' a > "$1"; head -c 4096 /dev/zero | tr '\0' b >> "$1"`,
+			"/dev/termination-log"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitPod(t, env, "oversized", 60*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodSucceeded, p.Status.Phase)
+			term := terminated(c, p.Status.ContainerStatuses)
+			assert.Equal(c, "Completed", term.Reason)
+			assert.Equal(c, strings.Repeat("b", MaxContainerTerminationMessageLength), term.Message)
+		})
+	})
+
+	t.Run("activeDeadlineSeconds kills the process group", func(t *testing.T) {
+		p := shPod("deadline", "gpu-1", `echo pid=$$; exec sleep 60`)
+		p.Spec.ActiveDeadlineSeconds = new(int64)
+		*p.Spec.ActiveDeadlineSeconds = 2
+		_, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pid := pidOf(t, a, "deadline")
+		begin := time.Now()
+		waitPod(t, env, "deadline", 15*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodFailed, p.Status.Phase)
+			assert.Equal(c, "DeadlineExceeded", p.Status.Reason)
+			assert.Equal(c, DeadlineExceededMessage, p.Status.Message)
+		})
+		t.Logf("Failed/DeadlineExceeded %v after the process started", time.Since(begin))
+		assert.False(t, procutil.Alive(pid), "pid %d still alive", pid)
+	})
+
+	t.Run("deleting a running pod kills it and the object goes", func(t *testing.T) {
+		_, err := cs.CoreV1().Pods("default").Create(ctx, shPod("deleted", "gpu-2", `echo pid=$$; exec sleep 60`), metav1.CreateOptions{})
+		require.NoError(t, err)
+		pid := pidOf(t, a, "deleted")
+		waitPod(t, env, "deleted", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodRunning, p.Status.Phase)
+		})
+		require.NoError(t, cs.CoreV1().Pods("default").Delete(ctx, "deleted", metav1.DeleteOptions{}))
+		waitGone(t, env, "deleted", 15*time.Second)
+		assert.False(t, procutil.Alive(pid), "pid %d still alive", pid)
+	})
+
+	t.Run("LosePod makes the pod vanish", func(t *testing.T) {
+		_, err := cs.CoreV1().Pods("default").Create(ctx, shPod("lost", "gpu-1", `echo pid=$$; exec sleep 60`), metav1.CreateOptions{})
+		require.NoError(t, err)
+		pid := pidOf(t, a, "lost")
+		waitGone(t, env, "lost", 15*time.Second)
+		require.Eventually(t, func() bool { return !procutil.Alive(pid) }, 10*time.Second, 50*time.Millisecond)
+	})
+
+	t.Run("NeverTerminate ignores deadline and deletion until force-deleted", func(t *testing.T) {
+		p := shPod("stuck", "gpu-2", `exit 0`)
+		p.Spec.ActiveDeadlineSeconds = new(int64)
+		*p.Spec.ActiveDeadlineSeconds = 1
+		_, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitPod(t, env, "stuck", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodRunning, p.Status.Phase)
+		})
+		require.NoError(t, cs.CoreV1().Pods("default").Delete(ctx, "stuck", metav1.DeleteOptions{}))
+		time.Sleep(2 * time.Second)
+		got, err := cs.CoreV1().Pods("default").Get(ctx, "stuck", metav1.GetOptions{})
+		require.NoError(t, err, "the agent never confirms the deletion")
+		assert.NotNil(t, got.DeletionTimestamp)
+		assert.Equal(t, corev1.PodRunning, got.Status.Phase, "nor reports the deadline")
+		zero := int64(0)
+		require.NoError(t, cs.CoreV1().Pods("default").Delete(ctx, "stuck", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+		waitGone(t, env, "stuck", 15*time.Second)
+	})
+}
+
+const mpiJobYAML = `
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata:
+  name: NAME
+  namespace: default
+spec:
+  slotsPerWorker: 1
+  runPolicy:
+    cleanPodPolicy: None
+    backoffLimit: 0
+    activeDeadlineSeconds: 120
+  mpiImplementation: OpenMPI
+  launcherCreationPolicy: AtStartup
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - name: launcher
+            image: IMAGE
+            command: [sh, -c, 'cat "$1"', sh, /etc/mpi/hostfile]
+    Worker:
+      replicas: 2
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+          - name: worker
+            image: IMAGE
+            resources:
+              limits:
+                nvidia.com/gpu: 1
+`
+
+func createMPIJob(t *testing.T, env *Env, name string) *unstructured.Unstructured {
+	var obj map[string]any
+	src := strings.NewReplacer("NAME", name, "IMAGE", testImage).Replace(mpiJobYAML)
+	require.NoError(t, yaml.Unmarshal([]byte(src), &obj))
+	u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return u
+}
+
+// TestMPIOperator runs MPIJobs through the operator stand-in and the agent.
+func TestMPIOperator(t *testing.T) {
+	env := Start(t)
+	ctx := t.Context()
+	env.InstallMPIJobCRD(ctx)
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		env.CreateNode(ctx, NodeOptions{Name: n, GPUs: 1})
+	}
+	// A node without GPUs that nothing would schedule a worker on.
+	env.CreateNode(ctx, NodeOptions{Name: "spare"})
+	a := env.StartAgent(t, AgentOptions{Images: map[string]string{testImage: imageDir(t)}})
+	env.StartMPIOperator(t, MPIOptions{WrongNode: map[string]string{"stray": "spare"}})
+
+	job := createMPIJob(t, env, "pi")
+	createMPIJob(t, env, "stray")
+
+	t.Run("launcher and workers, Succeeded", func(t *testing.T) {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Get(ctx, "pi", metav1.GetOptions{})
+			require.NoError(c, err)
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			got := map[string]any{}
+			for _, x := range conds {
+				m := x.(map[string]any)
+				got[m["type"].(string)] = m["status"]
+			}
+			assert.Equal(c, "True", got["Created"])
+			assert.Equal(c, "True", got["Succeeded"], "conditions %v", conds)
+		}, 60*time.Second, 200*time.Millisecond)
+
+		pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=pi"})
+		require.NoError(t, err)
+		var launcher []corev1.Pod
+		workers := map[string]corev1.Pod{}
+		for _, p := range pods.Items {
+			switch p.Labels[MPIJobRoleLabel] {
+			case MPIRoleLauncher:
+				launcher = append(launcher, p)
+			case MPIRoleWorker:
+				workers[p.Name] = p
+			}
+		}
+		require.Len(t, launcher, 1)
+		assert.True(t, strings.HasPrefix(launcher[0].Name, "pi-launcher-"), launcher[0].Name)
+		assert.Equal(t, corev1.PodSucceeded, launcher[0].Status.Phase)
+		assert.Equal(t, "pi-worker-0.pi.default.svc slots=1\npi-worker-1.pi.default.svc slots=1\n", a.Logs("default", launcher[0].Name, "launcher"))
+		require.Len(t, workers, 2)
+		nodes := map[string]bool{}
+		for i, name := range []string{"pi-worker-0", "pi-worker-1"} {
+			w, ok := workers[name]
+			require.True(t, ok, name)
+			assert.Equal(t, strconv.Itoa(i), w.Labels[MPIReplicaIndexLabel])
+			require.Len(t, w.OwnerReferences, 1)
+			ref := w.OwnerReferences[0]
+			assert.Equal(t, "MPIJob", ref.Kind)
+			assert.Equal(t, job.GetUID(), ref.UID)
+			assert.True(t, *ref.Controller)
+			assert.True(t, *ref.BlockOwnerDeletion)
+			assert.Equal(t, corev1.PodRunning, w.Status.Phase)
+			nodes[w.Spec.NodeName] = true
+		}
+		assert.Equal(t, map[string]bool{"gpu-1": true, "gpu-2": true}, nodes)
+	})
+
+	t.Run("WrongNode binds worker 0 to the named node", func(t *testing.T) {
+		w := waitPod(t, env, "stray-worker-0", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			assert.Equal(c, corev1.PodRunning, p.Status.Phase)
+		})
+		assert.Equal(t, "spare", w.Spec.NodeName)
+		other, err := env.Client.CoreV1().Pods("default").Get(ctx, "stray-worker-1", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotEqual(t, "spare", other.Spec.NodeName, "the scheduler never picks the GPU-less node")
+	})
+}

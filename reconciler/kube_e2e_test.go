@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -54,7 +55,7 @@ type kubeWorld struct {
 // wrongNode maps MPIJob names to the node the stand-in puts worker 0 on.
 var wrongNode = map[string]string{"signet-mpi-bad-00": "m-2"}
 
-func startKubeWorld(t *testing.T) *kubeWorld {
+func startKubeWorld(t testing.TB) *kubeWorld {
 	t.Helper()
 	k := kubetest.Start(t)
 	w := &kubeWorld{kube: k, misbehave: map[string]kubetest.Misbehaviour{}}
@@ -383,6 +384,82 @@ func TestKubernetes(t *testing.T) {
 		}
 		e.audit()
 	})
+
+	// A reconciler that stops while a check's pods run adopts them after
+	// its restart and records their result; pods deleted while it was
+	// down cannot be proven and make the check Error. Neither is created
+	// twice.
+	t.Run("RestartAdoptsOrRecords", func(t *testing.T) {
+		e := newEnv(t)
+		w.nodes(t, "a", 2)
+		script := `sleep 4; result Pass; exit 0`
+		e.repo.AddProfileFor("slow", 1, "", gpuCheck("slow", "pod", script, 60))
+		e.repo.AddRequestFor("adopt-1", "slow", []string{"a-0"})
+		e.repo.AddRequestFor("orphan-1", "slow", []string{"a-1"})
+		e.repo.Commit("specs")
+		e.repo.Approve(e.keys.ApproverFile, "", profileRef+"slow", requestRef+"adopt-1", requestRef+"orphan-1")
+		created := countPodCreations(t, w, checksNamespace)
+
+		r, stop := e.buildStoppable(e.kubeConfig(w))
+		res, err := r.ReconcileOnce(t.Context())
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"adopt-1", "orphan-1"}, res.Admitted)
+		pods := w.kube.Client.CoreV1().Pods(checksNamespace)
+		require.Eventually(t, func() bool {
+			l, err := pods.List(t.Context(), metav1.ListOptions{LabelSelector: kube.ManagedByLabel + "=" + kube.ManagedBy})
+			require.NoError(t, err)
+			running := 0
+			for _, p := range l.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			return running == 2
+		}, 30*time.Second, 50*time.Millisecond)
+		stop()
+		// While the reconciler is down, orphan-1's pod disappears.
+		require.NoError(t, pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: kube.RunLabel + "=orphan-1"}))
+		require.Eventually(t, func() bool {
+			l, err := pods.List(t.Context(), metav1.ListOptions{LabelSelector: kube.RunLabel + "=orphan-1"})
+			require.NoError(t, err)
+			return len(l.Items) == 0
+		}, 30*time.Second, 50*time.Millisecond)
+
+		r2 := e.build(e.kubeConfig(w))
+		assert.Equal(t, specs.VerdictPass, e.wait(r2, "adopt-1").Verdict, "the live pod is adopted and its result recorded")
+		assert.Equal(t, specs.VerdictError, e.wait(r2, "orphan-1").Verdict, "a check that cannot be proven is Error")
+		orphan := e.readRun("orphan-1").checks["slow"]
+		assert.Contains(t, orphan.Participants[0].Reason+orphan.Reason, "interrupted")
+		for name, n := range created() {
+			assert.Equal(t, 1, n, "pod %s was created %d times", name, n)
+		}
+		e.audit()
+	})
+}
+
+// countPodCreations counts, from now on, how many times each pod name of
+// signet's is created in ns; the returned function reads the counts.
+func countPodCreations(t *testing.T, w *kubeWorld, ns string) func() map[string]int {
+	t.Helper()
+	watcher, err := w.kube.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: kube.ManagedByLabel + "=" + kube.ManagedBy})
+	require.NoError(t, err)
+	t.Cleanup(watcher.Stop)
+	var mu sync.Mutex
+	created := map[string]int{}
+	go func() {
+		for ev := range watcher.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				mu.Lock()
+				created[p.Name]++
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(created)
+	}
 }
 
 func participantReasons(ce evidence.CheckEvidence) string {

@@ -17,7 +17,7 @@ const (
 	// value is the run ID.
 	ReservationTaintKey = "signet.dev/reserved"
 	// Certification labels (optional): profile, run and expiry
-	// (UTC, "20061231T150405Z") of a node's last Pass, and the annotation
+	// (UTC, CertifiedUntilFormat: "20060102T150405Z") of a node's last Pass, and the annotation
 	// holding the identity (UID and bootID) it was certified with.
 	CertifiedProfileLabel       = "signet.dev/certified-profile"
 	CertifiedRunLabel           = "signet.dev/certified-run"

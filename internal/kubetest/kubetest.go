@@ -18,6 +18,11 @@
 // taint never appears on a cordoned node; the scheduler still refuses a
 // cordoned node (its NodeUnschedulable plugin reads spec.unschedulable).
 //
+// The TTL controller (`-ttl-controller`) is disabled too: it only annotates
+// Nodes with node.alpha.kubernetes.io/ttl, a cache hint for kubelets, at a
+// moment of its own choosing, which would make every test that compares a
+// node before and after a reservation flaky.
+//
 // Every process runs in its own process group and is stopped by its PID
 // (TERM, grace, KILL) in t.Cleanup; logs are kept in the test's temporary
 // directory and their tails printed when the test fails.
@@ -233,7 +238,7 @@ func StartWith(t testing.TB, opts Options) *Env {
 		"--secure-port", "0",
 		"--leader-elect=false",
 		"--service-account-private-key-file", saKey,
-		"--controllers", "*,-node-lifecycle-controller",
+		"--controllers", "*,-node-lifecycle-controller,-ttl-controller",
 	)
 	// Both run once they answer nothing but their own logs; make sure they
 	// did not exit at once (bad flag, unreachable API server).

@@ -399,6 +399,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	var last observation
 	var seenLauncher bool
 	for {
+		// Past the deadline the operator's own activeDeadlineSeconds may
+		// end or remove the launcher: what this poll sees is then the
+		// deadline's doing.
+		late := !time.Now().Before(c.Deadline)
 		ob, err := b.poll(ctx, name, uid)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -410,13 +414,26 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 			if ob.gone != "" {
 				// Keep the last identities seen: the workers ran there.
 				term := specs.Termination{Started: seenLauncher, Reason: ob.gone}
-				log.Warn("mpijob gone", "reason", ob.gone)
+				switch {
+				case late:
+					term.DeadlineExceeded = true
+					term.Reason = "past the check's deadline " + c.Deadline.UTC().Format(time.RFC3339) + ": " + ob.gone
+				case strings.HasPrefix(ob.failed, "DeadlineExceeded"):
+					// The operator's activeDeadlineSeconds (counted on
+					// its clock, in whole seconds) ended the launcher.
+					term.DeadlineExceeded = true
+					term.Reason = "MPIJob failed: " + ob.failed + "; " + ob.gone
+				}
+				log.Warn("mpijob gone", "reason", term.Reason)
 				return b.report(ctx, c, started, last, term, nil, log)
 			}
 			last = ob
 			if ob.launcher != nil {
 				seenLauncher = true
 				if t, res, done := launcherState(ob.launcher); done {
+					if late && !t.Exited {
+						t.DeadlineExceeded = true
+					}
 					return b.report(ctx, c, started, last, t, res, log)
 				}
 			} else if ob.failed != "" {

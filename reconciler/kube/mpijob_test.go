@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -338,6 +339,7 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		require.Len(t, rep.Participants, 2)
 		for _, pr := range rep.Participants {
 			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
 			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
 			assert.Contains(t, out.Reason, "gpu-3", pr.Node)
 			assert.Nil(t, pr.Result)
@@ -354,6 +356,51 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		assert.Equal(t, 1, astray)
 		assertCleanedUp(t, c)
 	})
+
+	// A launcher still running at the deadline is Error; one whose
+	// observation is canceled is Canceled. Both leave the job for Cleanup.
+	for _, tc := range []struct {
+		run      string
+		deadline time.Duration
+		cancel   bool
+		want     specs.Verdict
+		reason   string
+	}{
+		{run: "late", deadline: 6 * time.Second, want: specs.VerdictError, reason: "deadline exceeded"},
+		{run: "stop", deadline: 90 * time.Second, cancel: true, want: specs.VerdictCanceled, reason: "canceled"},
+	} {
+		t.Run(tc.run, func(t *testing.T) {
+			reserve(t, tc.run)
+			c := mpiCheckRun(tc.run, "#!/bin/sh\nsleep 60\n", tc.deadline, participants()...)
+			name := MPIJobName(c.Run, c.Index)
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			if tc.cancel {
+				go func() {
+					// Cancel once the launcher runs.
+					for rctx.Err() == nil {
+						pl, err := pods.List(rctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + name + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher})
+						if err == nil && len(pl.Items) == 1 && pl.Items[0].Status.Phase == corev1.PodRunning {
+							cancel()
+							return
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}()
+			}
+			rep, err := b.Run(rctx, c)
+			require.NoError(t, err)
+			for _, pr := range rep.Participants {
+				out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+				assert.Equal(t, tc.want, out.Verdict, "%s: %s", pr.Node, out.Reason)
+				assert.Contains(t, out.Reason, tc.reason)
+				assert.NotEmpty(t, pr.Identity.Workload, "the workers are identified")
+			}
+			_, err = jobs.Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err, "the MPIJob is left for Cleanup")
+			assertCleanedUp(t, c)
+		})
+	}
 
 	t.Run("deleted behind signet's back", func(t *testing.T) {
 		reserve(t, "gone")

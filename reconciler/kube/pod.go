@@ -31,8 +31,8 @@ const (
 	DefaultCleanupTimeout = 2 * time.Minute
 )
 
-// finalReadTimeout bounds the reads (nodes, logs) that complete a report
-// once observation ended, even when ctx is already done.
+// finalReadTimeout bounds each read (the last poll, a node, a log) that
+// completes a report once observation ended, even when ctx is done.
 const finalReadTimeout = 15 * time.Second
 
 // PodOptions configures a PodBackend.
@@ -237,11 +237,14 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 		}
 		break
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalReadTimeout)
-	defer cancel()
+	// The reads that complete the report happen even when ctx is done,
+	// each bounded by finalReadTimeout.
+	rctx := context.WithoutCancel(ctx)
 	if deadlinePassed || canceled {
 		// One last look: a pod may have ended since the last poll.
-		_ = b.poll(rctx, c, ws)
+		pctx, cancel := context.WithTimeout(rctx, finalReadTimeout)
+		_ = b.poll(pctx, c, ws)
+		cancel()
 	}
 	rep := &backend.CheckReport{StartedAt: started}
 	for i, w := range ws {
@@ -299,6 +302,8 @@ func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watche
 
 // nodeUID returns the UID of node name, or "" when it cannot be read.
 func (b *PodBackend) nodeUID(ctx context.Context, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
+	defer cancel()
 	n, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return ""
@@ -464,6 +469,8 @@ func resultFromTermination(t *corev1.ContainerStateTerminated) (specs.Terminatio
 
 // logs reads the tail of the check container's log, at most MaxLogBytes.
 func (b *PodBackend) logs(ctx context.Context, pod string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
+	defer cancel()
 	limit := int64(8 * b.o.MaxLogBytes)
 	lines := int64(max(100, b.o.MaxLogBytes/40))
 	rc, err := b.client.CoreV1().Pods(b.o.Namespace).GetLogs(pod, &corev1.PodLogOptions{

@@ -3,11 +3,15 @@ package reconciler_test
 import (
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,8 +22,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/internal/kubetest"
 	"signet.dev/signet/internal/testenv"
 	"signet.dev/signet/reconciler"
@@ -435,6 +441,70 @@ func TestKubernetes(t *testing.T) {
 		}
 		e.audit()
 	})
+
+	// The daemon killed at every Kubernetes-only crash point (between the
+	// group's reservation and its admission record) leaves a reservation
+	// the evidence branch does not know; the next start repairs it, admits
+	// the request and runs it once.
+	for i, point := range crash.KubePoints {
+		t.Run("Crash/"+point, func(t *testing.T) {
+			e := newEnv(t)
+			nodes := w.nodes(t, fmt.Sprintf("crash%d", i), 2)
+			w.prepare(t, nodes[0])
+			before := w.state(t, nodes...)
+			e.repo.AddProfileFor("burn", 2, "", gpuCheck("burn", "pod", "result Pass; exit 0", 60))
+			e.repo.AddRequestFor("crash-k", "burn", nodes)
+			e.repo.Commit("specs")
+			e.repo.Approve(e.keys.ApproverFile, "", profileRef+"burn", requestRef+"crash-k")
+			cfg := e.kubeConfig(w)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			cfg.Listen = ln.Addr().String()
+			require.NoError(t, ln.Close())
+			b, err := yaml.Marshal(cfg)
+			require.NoError(t, err)
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			require.NoError(t, os.WriteFile(file, b, 0o600))
+
+			cmd := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--config", file)
+			cmd.Env = append(os.Environ(), crash.EnvVar+"="+point)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "the daemon was not killed at %s:\n%s", point, out)
+			ws, _ := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the daemon was not killed at %s:\n%s", point, out)
+			for _, n := range nodes {
+				assert.True(t, reserved(t, w, n, "crash-k"), "node %s reserved before the crash", n)
+			}
+			require.Empty(t, e.evidence().RunDir(cluster, "crash-k"), "no admission was recorded")
+
+			d := exec.Command(testenv.Signet(t), "reconcile", "--config", file)
+			var logs lockedBuffer
+			d.Stdout, d.Stderr = &logs, &logs
+			require.NoError(t, d.Start())
+			exited := make(chan error, 1)
+			go func() { exited <- d.Wait() }()
+			t.Cleanup(func() {
+				_ = d.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(30 * time.Second):
+					_ = d.Process.Kill()
+					<-exited
+				}
+			})
+			require.Eventually(t, func() bool {
+				dir := e.evidence().RunDir(cluster, "crash-k")
+				return dir != "" && slices.Contains(e.evidence().Files(), path.Join(dir, evidence.ReceiptFile))
+			}, 3*time.Minute, 250*time.Millisecond, "the run never finished after the restart:\n%s", &logs)
+			docs := e.readRun("crash-k")
+			assert.Equal(t, specs.VerdictPass, docs.evidence.Verdict)
+			assert.Contains(t, logs.String(), "stale reservation repaired")
+			assert.Equal(t, before, w.state(t, nodes...), "every node is restored exactly")
+			assert.Equal(t, 1, countSuffix(e.evidence().Files(), "/"+evidence.AdmissionFile), "one admission")
+			e.audit()
+		})
+	}
 }
 
 // countPodCreations counts, from now on, how many times each pod name of

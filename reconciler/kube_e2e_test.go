@@ -442,6 +442,41 @@ func TestKubernetes(t *testing.T) {
 		e.audit()
 	})
 
+	// With certification labels on, a node that passed is labelled with
+	// its profile, run and expiry; a later non-Pass removes the labels.
+	t.Run("CertificationLabels", func(t *testing.T) {
+		e := newEnv(t)
+		nodes := w.nodes(t, "l", 1)
+		e.repo.AddProfileFor("good", 1, "", gpuCheck("good", "pod", "result Pass; exit 0", 60))
+		e.repo.AddProfileFor("bad", 1, "", gpuCheck("bad", "pod", "result Fail; exit 1", 60))
+		e.repo.AddRequestFor("label-1", "good", nodes)
+		e.repo.Commit("specs")
+		e.repo.Approve(e.keys.ApproverFile, "", profileRef+"good", profileRef+"bad", requestRef+"label-1")
+		cfg := e.kubeConfig(w)
+		cfg.Kubernetes.CertifyTTL = 3600
+		r := e.build(cfg)
+		st := e.reconcileAndWait(r)["label-1"]
+		require.NotNil(t, st)
+		require.Equal(t, specs.VerdictPass, st.Verdict)
+		labels := w.state(t, "l-0")["l-0"].Labels
+		assert.Equal(t, "good", labels[kube.CertifiedProfileLabel])
+		assert.Equal(t, "label-1", labels[kube.CertifiedRunLabel])
+		until, err := time.Parse(kube.CertifiedUntilFormat, labels[kube.CertifiedUntilLabel])
+		require.NoError(t, err)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), until, 5*time.Minute)
+
+		e.repo.AddRequestFor("label-2", "bad", nodes)
+		e.repo.Commit("a later run")
+		e.repo.Approve(e.keys.ApproverFile, "", requestRef+"label-2")
+		st = e.reconcileAndWait(r)["label-2"]
+		require.NotNil(t, st)
+		require.Equal(t, specs.VerdictFail, st.Verdict)
+		labels = w.state(t, "l-0")["l-0"].Labels
+		for _, l := range []string{kube.CertifiedProfileLabel, kube.CertifiedRunLabel, kube.CertifiedUntilLabel} {
+			assert.NotContains(t, labels, l, "a later non-Pass removes the certification")
+		}
+	})
+
 	// The daemon killed at every Kubernetes-only crash point (between the
 	// group's reservation and its admission record) leaves a reservation
 	// the evidence branch does not know; the next start repairs it, admits

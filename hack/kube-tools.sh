@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane that internal/kubetest starts into bin/:
-# kube-apiserver, kube-scheduler and kube-controller-manager, from the separate
-# tools module hack/kube-tools (pinned k8s.io/kubernetes version, staging
-# modules replaced by their published versions). Installs etcd from Debian's
-# etcd-server package when no etcd is on PATH.
+# kube-apiserver, kube-scheduler and kube-controller-manager, and the stock
+# kubectl that tests drive against it (deploy/: `kubectl auth can-i --list`),
+# all from the separate tools module hack/kube-tools (pinned k8s.io/kubernetes
+# version, staging modules replaced by their published versions). Installs
+# etcd from Debian's etcd-server package when no etcd is on PATH.
 #
 # A binary is rebuilt only when it is missing or when the pinned version
 # (bin/.kube-version) changed. The first build takes about 15 minutes on two
-# cores; afterwards this script returns at once.
+# cores, kubectl up to 9 minutes more (seen on a loaded machine); afterwards
+# this script returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -34,7 +36,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$KUBE_VERSION" ]; then
   stale=true
 fi
 built=false
-for cmd in kube-apiserver kube-scheduler kube-controller-manager; do
+for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   if [ "$stale" = true ] || [ ! -x "bin/$cmd" ]; then
     echo "kube-tools: building $cmd $KUBE_VERSION into bin/ (slow the first time)" >&2
     start=$(date +%s)
@@ -47,4 +49,4 @@ done
 if [ "$built" = true ] || [ "$stale" = true ]; then
   echo "$KUBE_VERSION" > "$STAMP"
 fi
-echo "kube-tools: bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager at $KUBE_VERSION" >&2
+echo "kube-tools: bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager, bin/kubectl at $KUBE_VERSION" >&2

@@ -6,12 +6,19 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools clean mutations
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools clean mutations image
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/signet ./cmd/signet
+
+## image: signet's container image from scratch (static binary at /signet),
+## written as an OCI image layout to bin/image; prints its digest
+## (internal/ociimage, docs/deploy.md). SOURCE_DATE_EPOCH sets its time.
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(BIN)/signet-linux-amd64 ./cmd/signet
+	$(GO) run ./internal/ociimage/cmd/ociimage -binary $(BIN)/signet-linux-amd64 -out $(BIN)/image
 
 ## tools: stock tools the interop tests drive (cosign), built once into bin/.
 tools:

@@ -244,6 +244,19 @@ func (e *Env) StartAgent(t testing.TB, opts AgentOptions) *Agent {
 				a.mu.Unlock()
 				if r != nil {
 					r.cancel(errPodGone)
+					// As the kubelet's housekeeping does, a deleted pod's
+					// volumes and container directories are removed once
+					// its processes are gone, so that many pods do not
+					// fill the disk.
+					a.wg.Add(1)
+					go func() {
+						defer a.wg.Done()
+						select {
+						case <-r.done:
+							_ = os.RemoveAll(r.dir)
+						case <-a.ctx.Done():
+						}
+					}()
 				}
 			}
 		},

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,12 +38,15 @@ func KubeRESTConfig(cfg *Config) (*rest.Config, error) {
 }
 
 // buildKube wires the Kubernetes side of cfg: the Fleet and the enabled
-// pod and mpijob backends, all in the ceiling's namespace.
-func buildKube(cfg *Config, log *slog.Logger, backends map[specs.Backend]Backend) (backend.Fleet, error) {
+// pod and mpijob backends, all in the ceiling's namespace. Every request
+// of their clients is counted in signet_kube_requests_total, registered
+// with reg (when not nil).
+func buildKube(cfg *Config, log *slog.Logger, reg prometheus.Registerer, backends map[specs.Backend]Backend) (backend.Fleet, error) {
 	rc, err := KubeRESTConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
+	rc.Wrap(countKubeRequests(newKubeRequests(reg)))
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -324,8 +324,7 @@ func (r *remote) push(ctx context.Context, st storer.EncodedObjectStorer, ref pl
 		return &errMoved{status: fmt.Sprintf("%s is at %s, not %s", ref, cur, old)}
 	}
 	var pack bytes.Buffer
-	useRefDeltas := !ar.Capabilities.Supports(capability.OFSDelta)
-	if _, err := packfile.NewEncoder(&pack, st, useRefDeltas).Encode(objs, 0); err != nil {
+	if err := writePack(&pack, st, objs); err != nil {
 		return fmt.Errorf("evidence: encode packfile: %w", err)
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)

@@ -20,7 +20,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
@@ -498,7 +497,7 @@ func (s *Store) flush() error {
 		if err != nil {
 			return fmt.Errorf("evidence: write mirror pack: %w", err)
 		}
-		if _, err := packfile.NewEncoder(w, s.overlay, false).Encode(hashes, 0); err != nil {
+		if err := writePack(w, s.overlay, hashes); err != nil {
 			w.Close()
 			return fmt.Errorf("evidence: write mirror pack: %w", err)
 		}

@@ -1,10 +1,14 @@
 package evidence
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"path"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -139,59 +143,178 @@ func (b *builder) putObject(o interface {
 // plus the changes in c. It reads and rewrites only the trees on the
 // paths to the changed leaves; every other entry keeps its hash. A path
 // that already exists fails with ErrExists.
+//
+// The base tree is spliced in its encoded form, never decoded into
+// entries and encoded again: an append to a shard of a few hundred runs
+// costs a scan and a copy of that tree's bytes.
 func (b *builder) tree(base plumbing.Hash, dir string, c *changeTree) (plumbing.Hash, error) {
-	var entries []object.TreeEntry
+	var raw []byte
 	if !base.IsZero() {
-		t, err := object.GetTree(b.st, base)
-		if err != nil {
+		var err error
+		if raw, err = readObject(b.st, plumbing.TreeObject, base); err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s: %w", dir, err)
 		}
-		entries = make([]object.TreeEntry, len(t.Entries), len(t.Entries)+len(c.files)+len(c.dirs))
-		copy(entries, t.Entries)
 	}
-	index := make(map[string]int, len(c.dirs)+len(c.files))
-	for name := range c.dirs {
-		index[name] = -1
-	}
-	for name := range c.files {
-		index[name] = -1
-	}
-	for i, e := range entries {
-		if _, ok := index[e.Name]; ok {
-			index[e.Name] = i
+	// Existing entries named by the change: a file there is a lost race,
+	// a directory there is rewritten below.
+	existing := map[string]rawEntry{}
+	for e, err := range rawEntries(raw) {
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s (%s): %w", dir, base, err)
+		}
+		if _, ok := c.files[string(e.name)]; ok {
+			existing[string(e.name)] = e
+		} else if _, ok := c.dirs[string(e.name)]; ok {
+			existing[string(e.name)] = e
 		}
 	}
+	var added []treeEntry
+	replaced := map[string]plumbing.Hash{}
 	for name, data := range c.files {
-		if index[name] >= 0 {
+		if _, ok := existing[name]; ok {
 			return plumbing.ZeroHash, fmt.Errorf("%w: %s", ErrExists, path.Join(dir, name))
 		}
 		h, err := b.put(plumbing.BlobObject, data)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: h})
+		added = append(added, treeEntry{name: name, mode: filemode.Regular, hash: h})
 	}
 	for name, sub := range c.dirs {
-		i := index[name]
 		var subBase plumbing.Hash
-		if i >= 0 {
-			if entries[i].Mode != filemode.Dir {
+		e, ok := existing[name]
+		if ok {
+			if e.mode != filemode.Dir {
 				return plumbing.ZeroHash, fmt.Errorf("%w: %s is a file", ErrExists, path.Join(dir, name))
 			}
-			subBase = entries[i].Hash
+			subBase = e.hash
 		}
 		h, err := b.tree(subBase, path.Join(dir, name), sub)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		if i >= 0 {
-			entries[i].Hash = h
+		if ok {
+			replaced[name] = h
 		} else {
-			entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
+			added = append(added, treeEntry{name: name, mode: filemode.Dir, hash: h})
 		}
 	}
-	sort.Sort(object.TreeEntrySorter(entries))
-	return b.putObject(&object.Tree{Entries: entries})
+	slices.SortFunc(added, func(x, y treeEntry) int {
+		return compareTreeNames([]byte(x.name), x.mode == filemode.Dir, []byte(y.name), y.mode == filemode.Dir)
+	})
+	out := make([]byte, 0, len(raw)+len(added)*(len("100644 ")+1+hashSize+64))
+	for e := range rawEntries(raw) {
+		for len(added) > 0 && compareTreeNames([]byte(added[0].name), added[0].mode == filemode.Dir, e.name, e.mode == filemode.Dir) < 0 {
+			out = added[0].append(out)
+			added = added[1:]
+		}
+		if h, ok := replaced[string(e.name)]; ok {
+			out = append(out, e.raw[:len(e.raw)-hashSize]...)
+			out = append(out, h[:]...)
+			continue
+		}
+		out = append(out, e.raw...)
+	}
+	for _, a := range added {
+		out = a.append(out)
+	}
+	return b.put(plumbing.TreeObject, out)
+}
+
+// treeEntry is an entry to write into a tree.
+type treeEntry struct {
+	name string
+	mode filemode.FileMode
+	hash plumbing.Hash
+}
+
+// append appends e in Git's tree encoding: "<octal mode> <name>\0<hash>".
+func (e treeEntry) append(b []byte) []byte {
+	b = strconv.AppendUint(b, uint64(e.mode), 8)
+	b = append(b, ' ')
+	b = append(b, e.name...)
+	b = append(b, 0)
+	return append(b, e.hash[:]...)
+}
+
+// rawEntry is one entry of an encoded tree; name and raw alias the tree.
+type rawEntry struct {
+	name []byte
+	mode filemode.FileMode
+	hash plumbing.Hash
+	raw  []byte // the whole encoded entry
+}
+
+var errBadTree = errors.New("malformed tree object")
+
+// rawEntries iterates the entries of an encoded tree without copying
+// them; it yields an error, once, for a malformed tree.
+func rawEntries(t []byte) iter.Seq2[rawEntry, error] {
+	return func(yield func(rawEntry, error) bool) {
+		for len(t) > 0 {
+			sp := bytes.IndexByte(t, ' ')
+			if sp <= 0 {
+				yield(rawEntry{}, errBadTree)
+				return
+			}
+			mode, err := strconv.ParseUint(string(t[:sp]), 8, 32)
+			if err != nil {
+				yield(rawEntry{}, errBadTree)
+				return
+			}
+			nul := bytes.IndexByte(t[sp+1:], 0)
+			if nul <= 0 || len(t) < sp+1+nul+1+hashSize {
+				yield(rawEntry{}, errBadTree)
+				return
+			}
+			end := sp + 1 + nul + 1 + hashSize
+			e := rawEntry{name: t[sp+1 : sp+1+nul], mode: filemode.FileMode(mode), raw: t[:end]}
+			copy(e.hash[:], t[end-hashSize:end])
+			if !yield(e, nil) {
+				return
+			}
+			t = t[end:]
+		}
+	}
+}
+
+// compareTreeNames orders tree entries as Git does: by name bytes, a
+// directory's name compared as if it ended with "/".
+func compareTreeNames(a []byte, aDir bool, b []byte, bDir bool) int {
+	n := min(len(a), len(b))
+	if c := bytes.Compare(a[:n], b[:n]); c != 0 {
+		return c
+	}
+	var ca, cb byte
+	if len(a) > n {
+		ca = a[n]
+	} else if aDir {
+		ca = '/'
+	}
+	if len(b) > n {
+		cb = b[n]
+	} else if bDir {
+		cb = '/'
+	}
+	return int(ca) - int(cb)
+}
+
+// readObject returns the content of object h of type t.
+func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+	o, err := st.EncodedObject(t, h)
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b := make([]byte, o.Size())
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // commit builds the tree of parent plus c and a commit over it, signed by
@@ -240,3 +363,6 @@ func persistTo(dst storer.EncodedObjectStorer, src *memory.Storage, hashes []plu
 	}
 	return nil
 }
+
+// hashSize is the size of a SHA-1 object name in a tree entry.
+const hashSize = len(plumbing.ZeroHash)

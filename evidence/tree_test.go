@@ -1,0 +1,52 @@
+package evidence
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/gittest"
+)
+
+// TestTreeOrder appends, over several commits, names whose Git order
+// differs from plain byte order (a directory sorts as if its name ended
+// with "/"), so that spliced trees insert before, between and after
+// existing entries. git fsck --strict refuses a tree out of order.
+func TestTreeOrder(t *testing.T) {
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	gittest.InitBare(t, remote)
+	signer, _ := testSigner(t)
+	opts := testOptions(t, remote, signer)
+	s := openStore(t, opts)
+	steps := [][]File{
+		{{Path: "d/a-b", Data: []byte("1")}, {Path: "d/m", Data: []byte("2")}},
+		{{Path: "d/a/x", Data: []byte("3")}, {Path: "d/a.json", Data: []byte("4")}},
+		{{Path: "d/a0", Data: []byte("5")}, {Path: "d/a/y", Data: []byte("6")}, {Path: "d/0", Data: []byte("7")}, {Path: "d/z/q", Data: []byte("8")}},
+		{{Path: "d/a/w", Data: []byte("9")}, {Path: "d/ab", Data: []byte("10")}, {Path: "e", Data: []byte("11")}},
+	}
+	for _, files := range steps {
+		_, err := s.Append(t.Context(), "", files)
+		require.NoError(t, err)
+	}
+	_, err := s.Append(t.Context(), "", []File{{Path: "d/a/x", Data: []byte("again")}})
+	require.ErrorIs(t, err, ErrExists)
+	_, err = s.Append(t.Context(), "", []File{{Path: "d/a-b/x", Data: []byte("under a file")}})
+	require.ErrorIs(t, err, ErrExists)
+	_, err = s.Append(t.Context(), "", []File{{Path: "d/a", Data: []byte("over a directory")}})
+	require.ErrorIs(t, err, ErrExists)
+
+	out, err := gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	assert.Equal(t, "0\na-b\na.json\na/w\na/x\na/y\na0\nab\nm\nz/q",
+		gittest.Git(t, remote, "-c", "core.quotePath=false", "ls-tree", "-r", "--name-only", "signet/evidence:d"))
+	for _, files := range steps {
+		for _, f := range files {
+			got, err := gittest.Cmd(t, remote, "cat-file", "blob", "signet/evidence:"+f.Path).Output()
+			require.NoError(t, err)
+			assert.Equal(t, f.Data, got, f.Path)
+		}
+	}
+}

@@ -3,11 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -190,33 +186,6 @@ func TestMPIJobRender(t *testing.T) {
 	})
 }
 
-var (
-	mpiSignetOnce sync.Once
-	mpiSignetDir  string
-	mpiSignetErr  error
-)
-
-// mpiSignetImage builds the signet binary once into a directory standing
-// for the signet image's root filesystem.
-func mpiSignetImage(t *testing.T) string {
-	t.Helper()
-	mpiSignetOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "signet-img-")
-		if err != nil {
-			mpiSignetErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "signet"), "./cmd/signet")
-		cmd.Dir = kubetest.ModuleRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			mpiSignetErr = fmt.Errorf("go build ./cmd/signet: %v\n%s", err, out)
-		}
-		mpiSignetDir = dir
-	})
-	require.NoError(t, mpiSignetErr)
-	return mpiSignetDir
-}
-
 func mpiPassScript(verdict string, code int) string {
 	return fmt.Sprintf(`#!/bin/sh
 echo "launcher on $(hostname) for $SIGNET_PARTICIPANTS participants, stage=${SIGNET_STAGE_NAME:-none}"
@@ -227,7 +196,7 @@ exit %d
 
 func TestMPIJobOnAPIServer(t *testing.T) {
 	ctx := t.Context()
-	imgDir := mpiSignetImage(t)
+	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
 	env.InstallMPIJobCRD(ctx)
 	env.StartMPIOperator(t, kubetest.MPIOptions{

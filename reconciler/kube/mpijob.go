@@ -384,6 +384,11 @@ func (b *MPIJobBackend) ours(c *backend.CheckRun, l map[string]string) bool {
 	return true
 }
 
+// operatorDeadlineSkew is how much earlier than signet's own deadline the
+// launcher Job's activeDeadlineSeconds can end the launcher: Kubernetes
+// stores the Job's start time with second precision.
+const operatorDeadlineSkew = time.Second
+
 // observation is what one poll saw.
 type observation struct {
 	launcher *corev1.Pod // nil while none exists
@@ -401,8 +406,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	for {
 		// Past the deadline the operator's own activeDeadlineSeconds may
 		// end or remove the launcher: what this poll sees is then the
-		// deadline's doing.
-		late := !time.Now().Before(c.Deadline)
+		// deadline's doing. The operator's launcher Job counts its deadline
+		// from a start time stored in whole seconds, so it can fire up to a
+		// second before c.Deadline: that second counts as late too.
+		late := !time.Now().Add(operatorDeadlineSkew).Before(c.Deadline)
 		ob, err := b.poll(ctx, name, uid)
 		switch {
 		case err != nil && ctx.Err() == nil:

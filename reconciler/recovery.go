@@ -85,13 +85,21 @@ func (r *Reconciler) repairReservations(ctx context.Context) error {
 		r.mu.Lock()
 		rs := r.runs[rv.Run]
 		r.mu.Unlock()
+		// Runs resumed above are already running: read their state under
+		// their lock.
+		var finished, passed bool
+		if rs != nil {
+			rs.mu.Lock()
+			finished, passed = rs.receipt != nil, slices.Contains(rs.released, rv.Node.Name)
+			rs.mu.Unlock()
+		}
 		why := ""
 		switch {
 		case rs == nil:
 			why = "the run was never admitted (the reconciler stopped between reservation and admission)"
-		case rs.receipt == nil:
+		case !finished:
 			continue // the run resumes and releases per verdict
-		case slices.Contains(rs.released, rv.Node.Name):
+		case passed:
 			why = "the node passed; the run finished"
 		default:
 			released, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.ReleaseFile))

@@ -165,12 +165,20 @@ func (e *env) readRun(run string) *runDocs {
 	ev := e.evidence()
 	dir := ev.RunDir(cluster, run)
 	require.NotEmpty(e.t, dir, "run %s is not on the evidence branch", run)
-	d := &runDocs{dir: dir, checks: map[string]evidence.CheckEvidence{}, intents: map[string]evidence.CheckIntent{}}
+	d := readCheckDocs(ev, dir)
 	var adm evidence.Admission
 	ev.Document(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, &adm)
+	ev.Document(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, &d.evidence)
+	ev.Document(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, &d.receipt)
+	return d
+}
+
+// readCheckDocs reads and verifies the check intents and check evidence
+// of the run directory dir.
+func readCheckDocs(ev *testenv.Evidence, dir string) *runDocs {
+	d := &runDocs{dir: dir, checks: map[string]evidence.CheckEvidence{}, intents: map[string]evidence.CheckIntent{}}
 	for _, f := range ev.Under(path.Join(dir, "checks")) {
-		name := path.Base(f)
-		if strings.HasSuffix(name, ".intent.json") {
+		if strings.HasSuffix(path.Base(f), ".intent.json") {
 			var in evidence.CheckIntent
 			ev.Document(f, evidence.PredicateCheckIntent, &in)
 			d.intents[in.Check] = in
@@ -180,8 +188,6 @@ func (e *env) readRun(run string) *runDocs {
 		ev.Document(f, evidence.PredicateCheck, &ce)
 		d.checks[ce.Check] = ce
 	}
-	ev.Document(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, &d.evidence)
-	ev.Document(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, &d.receipt)
 	return d
 }
 

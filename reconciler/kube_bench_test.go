@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -172,19 +171,7 @@ func readChecks(b *testing.B, ev *testenv.Evidence, run string) *runDocs {
 	b.Helper()
 	dir := ev.RunDir(cluster, run)
 	require.NotEmpty(b, dir, "run %s is not on the evidence branch", run)
-	d := &runDocs{dir: dir, checks: map[string]evidence.CheckEvidence{}, intents: map[string]evidence.CheckIntent{}}
-	for _, f := range ev.Under(path.Join(dir, "checks")) {
-		if strings.HasSuffix(f, ".intent.json") {
-			var in evidence.CheckIntent
-			ev.Document(f, evidence.PredicateCheckIntent, &in)
-			d.intents[in.Check] = in
-			continue
-		}
-		var ce evidence.CheckEvidence
-		ev.Document(f, evidence.PredicateCheck, &ce)
-		d.checks[ce.Check] = ce
-	}
-	return d
+	return readCheckDocs(ev, dir)
 }
 
 // bareSignetExec returns the mean milliseconds of `signet exec` running

@@ -215,13 +215,7 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 	}
 	nodes, err := r.participants(ctx, prof.Profile, req)
 	switch {
-	case errors.Is(err, backend.ErrBusy):
-		p.set(o, waiting("NodesBusy", err.Error()))
-		p.waitingOnCluster = true
-		return false, nil
-	case errors.Is(err, backend.ErrIneligible):
-		p.set(o, waiting("NodesIneligible", err.Error()))
-		p.waitingOnCluster = true
+	case p.waitForNodes(o, err):
 		return false, nil
 	case err != nil:
 		p.set(o, stalled("NoParticipants", err.Error()))
@@ -239,9 +233,7 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 			p.set(o, stalled(refused.reason, refused.msg))
 			return false, nil
 		}
-		if errors.Is(err, backend.ErrBusy) || errors.Is(err, backend.ErrIneligible) {
-			p.set(o, waiting("NodesBusy", err.Error()))
-			p.waitingOnCluster = true
+		if p.waitForNodes(o, err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("admit %s: %w", run, err)
@@ -249,6 +241,23 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 	p.set(o, progressing("Admitted", "run admitted", run))
 	r.startRun(rs)
 	return true, nil
+}
+
+// waitForNodes reports whether err says the request's nodes are busy or
+// not eligible now; the request then waits, and since the cluster can
+// change without a spec commit, the next pass is not a no-op.
+func (p *pass) waitForNodes(o *specs.Object, err error) bool {
+	reason := "NodesBusy"
+	switch {
+	case errors.Is(err, backend.ErrBusy):
+	case errors.Is(err, backend.ErrIneligible):
+		reason = "NodesIneligible"
+	default:
+		return false
+	}
+	p.set(o, waiting(reason, err.Error()))
+	p.waitingOnCluster = true
+	return true
 }
 
 // refusedError is a terminal refusal of one request: a person must act.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -205,16 +204,30 @@ type branchReader struct {
 	branch  string
 	tip     plumbing.Hash
 	repo    *git.Repository
+	// objs reads the objects the audit walks: objectDir where the
+	// objects directory is plain, go-git's storer otherwise.
+	objs    objectSource
 	cleanup func()
-	// reopen opens another read-only handle on the same objects, nil
-	// when the repository cannot be opened twice.
-	reopen func() (storer.EncodedObjectStorer, func(), error)
 }
 
 func (b *branchReader) close() {
+	if d, ok := b.objs.(*objectDir); ok {
+		d.close()
+	}
 	if b.cleanup != nil {
 		b.cleanup()
 	}
+}
+
+// sourceFor returns the fastest reader of gitDir's objects: objectDir,
+// or st when the objects directory is not one objectDir reads.
+func sourceFor(gitDir string, st storer.EncodedObjectStorer) objectSource {
+	if gitDir != "" {
+		if d, err := openObjectDir(gitDir); err == nil {
+			return d
+		}
+	}
+	return storerSource{st}
 }
 
 // isRemoteURL reports whether repo names a remote rather than a local
@@ -262,11 +275,8 @@ func openBranch(ctx context.Context, repo string, auth Auth, branch string) (*br
 	if tip.IsZero() {
 		return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, repo, branch)
 	}
-	rd := &branchReader{st: r.Storer, display: repo, branch: branch, tip: tip, repo: r, cleanup: closeStorage}
-	if gitDir := localGitDir(repo); gitDir != "" {
-		rd.reopen = func() (storer.EncodedObjectStorer, func(), error) { return openStorage(gitDir) }
-	}
-	return rd, nil
+	return &branchReader{st: r.Storer, display: repo, branch: branch, tip: tip, repo: r, cleanup: closeStorage,
+		objs: sourceFor(localGitDir(repo), r.Storer)}, nil
 }
 
 // openLocal opens a local repository for reading only. A plain bare or
@@ -311,25 +321,23 @@ func openStorage(gitDir string) (*filesystem.Storage, func(), error) {
 	return st, func() { st.Close() }, nil
 }
 
-// readRaw returns the content of object h of type t.
-func readRaw(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
-	o, err := st.EncodedObject(t, h)
+// readRaw returns the content of object h of type t, refusing one
+// larger than an evidence file may be.
+func readRaw(src objectSource, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+	b, err := src.object(t, h, signing.MaxEnvelopeSize*2)
 	if err != nil {
-		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
-	}
-	if o.Size() > signing.MaxEnvelopeSize*2 {
-		return nil, fmt.Errorf("evidence: %s %s: %d bytes is more than an evidence file may hold", t, h, o.Size())
-	}
-	r, err := o.Reader()
-	if err != nil {
-		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
-	}
-	defer r.Close()
-	b := make([]byte, o.Size())
-	if _, err := io.ReadFull(r, b); err != nil {
 		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
 	}
 	return b, nil
+}
+
+// readTree returns the entries of tree h.
+func readTree(src objectSource, h plumbing.Hash) ([]object.TreeEntry, error) {
+	b, err := src.object(plumbing.TreeObject, h, 0)
+	if err != nil {
+		return nil, err
+	}
+	return parseTree(b)
 }
 
 // commitInfo is one commit of the first-parent history, oldest first.
@@ -399,7 +407,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		raw, err := readRaw(a.rd.st, plumbing.CommitObject, h)
+		raw, err := readRaw(a.rd.objs, plumbing.CommitObject, h)
 		if err != nil {
 			return err
 		}
@@ -412,7 +420,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		}
 		tree := c.TreeHash
 		if dir != "" {
-			if tree, err = lookupTree(a.rd.st, c.TreeHash, dir); err != nil {
+			if tree, err = lookupTree(a.rd.objs, c.TreeHash, dir); err != nil {
 				return err
 			}
 			if tree.IsZero() {
@@ -472,8 +480,8 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 
 // lookupTree returns the hash of the directory p under root, zero when
 // there is none (or p is a file).
-func lookupTree(st storer.EncodedObjectStorer, root plumbing.Hash, p string) (plumbing.Hash, error) {
-	e, err := lookupEntry(st, root, p)
+func lookupTree(src objectSource, root plumbing.Hash, p string) (plumbing.Hash, error) {
+	e, err := lookupEntry(src, root, p)
 	if err != nil || e == nil || e.Mode != filemode.Dir {
 		return plumbing.ZeroHash, err
 	}
@@ -481,18 +489,18 @@ func lookupTree(st storer.EncodedObjectStorer, root plumbing.Hash, p string) (pl
 }
 
 // lookupEntry returns the entry at p under root, nil when there is none.
-func lookupEntry(st storer.EncodedObjectStorer, root plumbing.Hash, p string) (*object.TreeEntry, error) {
+func lookupEntry(src objectSource, root plumbing.Hash, p string) (*object.TreeEntry, error) {
 	cur := object.TreeEntry{Mode: filemode.Dir, Hash: root}
 	for _, name := range strings.Split(p, "/") {
 		if cur.Mode != filemode.Dir {
 			return nil, nil
 		}
-		t, err := object.GetTree(st, cur.Hash)
+		entries, err := readTree(src, cur.Hash)
 		if err != nil {
 			return nil, fmt.Errorf("evidence: could not read tree %s: %w", cur.Hash, err)
 		}
 		found := false
-		for _, e := range t.Entries {
+		for _, e := range entries {
 			if e.Name == name {
 				cur, found = e, true
 				break
@@ -578,12 +586,12 @@ func (a *auditor) tree(dir string, h plumbing.Hash) ([]object.TreeEntry, error) 
 		a.curTrees[h] = e
 		return e, nil
 	}
-	t, err := object.GetTree(a.rd.st, h)
+	entries, err := readTree(a.rd.objs, h)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: could not read tree %s (%s): %w", orRootDir(dir), h, err)
 	}
-	a.curTrees[h] = t.Entries
-	return t.Entries, nil
+	a.curTrees[h] = entries
+	return entries, nil
 }
 
 func orRootDir(dir string) string {
@@ -608,11 +616,11 @@ func (a *auditor) added(c *commitInfo, p string, e object.TreeEntry) error {
 	if e.Mode != filemode.Dir {
 		return a.addFile(c, p, e)
 	}
-	t, err := object.GetTree(a.rd.st, e.Hash)
+	entries, err := readTree(a.rd.objs, e.Hash)
 	if err != nil {
 		return fmt.Errorf("evidence: could not read tree %s (%s): %w", p, e.Hash, err)
 	}
-	for _, sub := range t.Entries {
+	for _, sub := range entries {
 		if err := a.added(c, path.Join(p, sub.Name), sub); err != nil {
 			return err
 		}
@@ -634,7 +642,7 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 	var data []byte
 	if (kind != kindDocument && kind != kindApproval) || !a.pool.reads {
 		var err error
-		if data, err = readRaw(a.rd.st, plumbing.BlobObject, e.Hash); err != nil {
+		if data, err = readRaw(a.rd.objs, plumbing.BlobObject, e.Hash); err != nil {
 			return fmt.Errorf("evidence: %s: %w", p, err)
 		}
 		f.digest = specs.DigestOf(data)
@@ -734,14 +742,15 @@ type docRec struct {
 	approval  *signing.Approval
 }
 
-// verifyPool verifies signatures on a fixed number of goroutines. go-git
-// storage is not safe for concurrent use, so each worker reads the blobs
-// of its documents through its own read-only handle when the repository
-// can be opened again (reads is true); otherwise the walker reads them.
+// verifyPool verifies signatures on a fixed number of goroutines. When
+// the branch's object source is safe for concurrent use (reads is true)
+// each worker reads the blobs of its documents itself; otherwise the
+// walker reads them.
 type verifyPool struct {
 	policy  *signing.TrustPolicy
 	signers []*signing.PublicKey
-	jobs    chan func(st storer.EncodedObjectStorer)
+	objs    objectSource
+	jobs    chan func()
 	reads   bool
 	wg      sync.WaitGroup
 	workers sync.WaitGroup
@@ -759,49 +768,20 @@ type approvalResult struct {
 }
 
 func newVerifyPool(rd *branchReader, p *signing.TrustPolicy, n int) *verifyPool {
-	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), jobs: make(chan func(storer.EncodedObjectStorer), 4*n),
-		approvals: map[plumbing.Hash]*approvalResult{}}
-	var handles []storer.EncodedObjectStorer
-	var closers []func()
-	if rd.reopen != nil {
-		vp.reads = true
-		for range n {
-			st, closeFn, err := rd.reopen()
-			if err != nil {
-				vp.reads = false
-				break
-			}
-			handles, closers = append(handles, st), append(closers, closeFn)
-		}
-		if !vp.reads {
-			for _, c := range closers {
-				c()
-			}
-			handles, closers = nil, nil
-		}
-	}
-	for i := range n {
-		var st storer.EncodedObjectStorer
-		var closeFn func()
-		if vp.reads {
-			st, closeFn = handles[i], closers[i]
-		}
-		vp.workers.Add(1)
-		go func() {
-			defer vp.workers.Done()
-			if closeFn != nil {
-				defer closeFn()
-			}
+	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), objs: rd.objs, reads: rd.objs.concurrent(),
+		jobs: make(chan func(), 4*n), approvals: map[plumbing.Hash]*approvalResult{}}
+	for range n {
+		vp.workers.Go(func() {
 			for j := range vp.jobs {
-				j(st)
+				j()
 				vp.wg.Done()
 			}
-		}()
+		})
 	}
 	return vp
 }
 
-func (vp *verifyPool) submit(f func(storer.EncodedObjectStorer)) {
+func (vp *verifyPool) submit(f func()) {
 	vp.wg.Add(1)
 	vp.jobs <- f
 }
@@ -821,7 +801,7 @@ func (vp *verifyPool) close() {
 }
 
 func (vp *verifyPool) submitCommit(c *commitInfo) {
-	vp.submit(func(storer.EncodedObjectStorer) {
+	vp.submit(func() {
 		c.sigErr.key, c.sigErr.err = verifyCommit(c.sigErr.raw, vp.policy, vp.signers, c.when)
 		c.sigErr.raw = nil
 	})
@@ -829,10 +809,10 @@ func (vp *verifyPool) submitCommit(c *commitInfo) {
 
 // submitDoc verifies f; data is nil when the worker reads the blob.
 func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
-	vp.submit(func(st storer.EncodedObjectStorer) {
+	vp.submit(func() {
 		if data == nil {
 			var err error
-			if data, err = readRaw(st, plumbing.BlobObject, f.blob); err != nil {
+			if data, err = readRaw(vp.objs, plumbing.BlobObject, f.blob); err != nil {
 				vp.errMu.Lock()
 				if vp.err == nil {
 					vp.err = fmt.Errorf("evidence: %s: %w", f.path, err)

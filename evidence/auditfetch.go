@@ -13,7 +13,6 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
@@ -98,7 +97,7 @@ func fetchBranch(ctx context.Context, rawURL string, auth Auth, ref plumbing.Ref
 		return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, display, ref.Short())
 	}
 	return &branchReader{st: st, display: display, branch: ref.Short(), tip: rf.Hash(), repo: r, cleanup: cleanup,
-		reopen: func() (storer.EncodedObjectStorer, func(), error) { return openStorage(dir) }}, nil
+		objs: sourceFor(dir, st)}, nil
 }
 
 // redact returns rawURL without its password, and the secrets to scrub.

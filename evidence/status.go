@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -97,7 +96,7 @@ func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
 		if len(parts) != 4 || (opts.Cluster != "" && parts[1] != opts.Cluster) {
 			continue
 		}
-		data, err := readRaw(rd.st, plumbing.BlobObject, e.hash)
+		data, err := readRaw(rd.objs, plumbing.BlobObject, e.hash)
 		if err != nil {
 			return nil, err
 		}
@@ -141,16 +140,16 @@ type treeFile struct {
 
 // walkFiles lists the files under dir of root (none when absent).
 func walkFiles(rd *branchReader, root plumbing.Hash, dir string) ([]treeFile, error) {
-	h, err := lookupTree(rd.st, root, dir)
+	h, err := lookupTree(rd.objs, root, dir)
 	if err != nil || h.IsZero() {
 		return nil, err
 	}
-	t, err := object.GetTree(rd.st, h)
+	entries, err := readTree(rd.objs, h)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: could not read %s: %w", dir, err)
 	}
 	var out []treeFile
-	for _, e := range t.Entries {
+	for _, e := range entries {
 		p := path.Join(dir, e.Name)
 		if e.Mode == filemode.Dir {
 			sub, err := walkFiles(rd, root, p)
@@ -168,17 +167,17 @@ func walkFiles(rd *branchReader, root plumbing.Hash, dir string) ([]treeFile, er
 // readRunStatus reads the documents of one run directory at the tip.
 func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir string) RunStatus {
 	rs := RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: PhaseUnknown, Nodes: []NodeReport{}}
-	dirHash, err := lookupTree(rd.st, root, dir)
+	dirHash, err := lookupTree(rd.objs, root, dir)
 	if err != nil || dirHash.IsZero() {
 		rs.Problem = fmt.Sprintf("the index points at %s, which is not on the branch", dir)
 		return rs
 	}
 	read := func(rel, predicate string, v any) bool {
-		e, err := lookupEntry(rd.st, dirHash, rel)
+		e, err := lookupEntry(rd.objs, dirHash, rel)
 		if err != nil || e == nil {
 			return false
 		}
-		b, err := readRaw(rd.st, plumbing.BlobObject, e.Hash)
+		b, err := readRaw(rd.objs, plumbing.BlobObject, e.Hash)
 		if err == nil {
 			var env *signing.Envelope
 			var st *signing.Statement

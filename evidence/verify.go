@@ -80,7 +80,7 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		return nil, err
 	}
 	a := newAuditor(rd, AuditOptions{Policy: opts.Policy, Now: opts.Now, Grace: opts.Grace, Workers: runtime.GOMAXPROCS(0)})
-	data, err := readRaw(rd.st, plumbing.BlobObject, idx.Hash)
+	data, err := readRaw(rd.objs, plumbing.BlobObject, idx.Hash)
 	if err != nil {
 		return nil, err
 	}
@@ -137,16 +137,16 @@ func findIndex(rd *branchReader, root plumbing.Hash, cluster, run string) (strin
 	clusters := []string{cluster}
 	if cluster == "" {
 		clusters = nil
-		ids, err := lookupTree(rd.st, root, "ids")
+		ids, err := lookupTree(rd.objs, root, "ids")
 		if err != nil {
 			return "", nil, err
 		}
 		if !ids.IsZero() {
-			t, err := object.GetTree(rd.st, ids)
+			entries, err := readTree(rd.objs, ids)
 			if err != nil {
 				return "", nil, fmt.Errorf("evidence: could not read ids/: %w", err)
 			}
-			for _, e := range t.Entries {
+			for _, e := range entries {
 				if e.Mode == filemode.Dir {
 					clusters = append(clusters, e.Name)
 				}
@@ -156,7 +156,7 @@ func findIndex(rd *branchReader, root plumbing.Hash, cluster, run string) (strin
 	var found []string
 	var entry *object.TreeEntry
 	for _, c := range clusters {
-		e, err := lookupEntry(rd.st, root, IndexPath(c, run))
+		e, err := lookupEntry(rd.objs, root, IndexPath(c, run))
 		if err != nil {
 			return "", nil, err
 		}
@@ -188,12 +188,12 @@ func (a *auditor) verifyChainLinks(r *runAudit, root plumbing.Hash) {
 	}
 	readLink := func(seq int64) (*ChainLink, string) {
 		p := ChainPath(r.cluster, seq)
-		e, err := lookupEntry(a.rd.st, root, p)
+		e, err := lookupEntry(a.rd.objs, root, p)
 		if err != nil || e == nil {
 			fail(p, fmt.Sprintf("no link for sequence %d of cluster %s", seq, r.cluster))
 			return nil, p
 		}
-		b, err := readRaw(a.rd.st, plumbing.BlobObject, e.Hash)
+		b, err := readRaw(a.rd.objs, plumbing.BlobObject, e.Hash)
 		if err != nil {
 			fail(p, err.Error())
 			return nil, p
@@ -224,10 +224,10 @@ func (a *auditor) verifyChainLinks(r *runAudit, root plumbing.Hash) {
 		if l == nil {
 			return
 		}
-		e, err := lookupEntry(a.rd.st, root, l.Receipt.Path)
+		e, err := lookupEntry(a.rd.objs, root, l.Receipt.Path)
 		var d string
 		if err == nil && e != nil {
-			if b, err := readRaw(a.rd.st, plumbing.BlobObject, e.Hash); err == nil {
+			if b, err := readRaw(a.rd.objs, plumbing.BlobObject, e.Hash); err == nil {
 				d = string(digestOf(b))
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -319,63 +320,82 @@ func strictJSON(b []byte, v any) error {
 	return nil
 }
 
-// checkDuplicateKeys walks the JSON token stream and refuses an object with
-// the same key twice (encoding/json would silently keep the last one).
+// checkDuplicateKeys refuses an object with the same key twice
+// (encoding/json would silently keep the last one). It scans the bytes
+// once, without tokenizing values: strictJSON decodes b afterwards, which
+// refuses anything that is not JSON, so this only has to be exact on
+// valid JSON and safe on anything else. Keys are compared after
+// unescaping ("a" and "\u0061" are the same key).
 func checkDuplicateKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
 	type frame struct {
 		obj    bool
-		keys   map[string]bool
-		expect bool // next string token is a key
+		expect bool // the next string is a key
+		keys   []string
+		set    map[string]struct{} // once keys grows past smallObject
 	}
-	var stack []*frame
-	for depth := 0; ; {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				depth++
-				if depth > 64 {
-					return errors.New("JSON nested deeper than 64 levels")
-				}
-				if top != nil && top.obj {
-					top.expect = true
-				}
-				stack = append(stack, &frame{obj: t == '{', keys: map[string]bool{}, expect: true})
-			case '}', ']':
-				depth--
+	const smallObject = 16
+	var stack []frame
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{', '[':
+			if len(stack) >= 64 {
+				return errors.New("JSON nested deeper than 64 levels")
+			}
+			stack = append(stack, frame{obj: b[i] == '{', expect: b[i] == '{'})
+		case '}', ']':
+			if len(stack) > 0 {
 				stack = stack[:len(stack)-1]
 			}
-		case string:
-			if top != nil && top.obj && top.expect {
-				if top.keys[t] {
-					return fmt.Errorf("duplicate field %q", t)
+		case ',':
+			if n := len(stack); n > 0 && stack[n-1].obj {
+				stack[n-1].expect = true
+			}
+		case '"':
+			j, escaped := i+1, false
+			for ; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					escaped = true
+					j++
 				}
-				top.keys[t] = true
-				top.expect = false
+			}
+			if j >= len(b) {
+				return nil // not JSON: the decoder says where
+			}
+			n := len(stack)
+			if n == 0 || !stack[n-1].obj || !stack[n-1].expect {
+				i = j
 				continue
 			}
-			if top != nil && top.obj {
-				top.expect = true
+			top := &stack[n-1]
+			top.expect = false
+			key := string(b[i+1 : j])
+			if escaped {
+				if err := json.Unmarshal(b[i:j+1], &key); err != nil {
+					return err
+				}
 			}
-		default:
-			if top != nil && top.obj {
-				top.expect = true
+			i = j
+			if top.set != nil {
+				if _, dup := top.set[key]; dup {
+					return fmt.Errorf("duplicate field %q", key)
+				}
+				top.set[key] = struct{}{}
+				continue
+			}
+			if slices.Contains(top.keys, key) {
+				return fmt.Errorf("duplicate field %q", key)
+			}
+			top.keys = append(top.keys, key)
+			if len(top.keys) > smallObject {
+				top.set = make(map[string]struct{}, 2*len(top.keys))
+				for _, k := range top.keys {
+					top.set[k] = struct{}{}
+				}
+				top.keys = nil
 			}
 		}
 	}
+	return nil
 }
 
 func decodeSig(s string) ([]byte, error) { return base64.StdEncoding.Strict().DecodeString(s) }

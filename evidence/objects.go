@@ -1,0 +1,465 @@
+package evidence
+
+import (
+	"bytes"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// objectSource reads whole objects. Implementations return an error
+// wrapping plumbing.ErrObjectNotFound for a missing object or one of
+// another type.
+type objectSource interface {
+	// object returns the content of object h of type t, refusing one
+	// larger than limit bytes (no limit when limit <= 0).
+	object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error)
+	// concurrent reports whether object may be called from several
+	// goroutines at once.
+	concurrent() bool
+}
+
+// storerSource reads through a go-git object storer (not safe for
+// concurrent use): the fallback for repositories objectDir cannot read
+// (alternates, a linked worktree) and the store's layered objects.
+type storerSource struct{ st storer.EncodedObjectStorer }
+
+func (s storerSource) concurrent() bool { return false }
+
+func (s storerSource) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
+	o, err := s.st.EncodedObject(t, h)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && o.Size() > limit {
+		return nil, fmt.Errorf("%d bytes is more than %d", o.Size(), limit)
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b := make([]byte, o.Size())
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// objectDir reads the objects of a repository's objects directory
+// directly: pack files mapped into memory and found through their .idx,
+// loose objects read whole. It is what the audit reads a branch with:
+// go-git's pack reader seeks and reads the file for every object header
+// and body, which made the walk of a branch cost several times the
+// signature checks. objectDir is safe for concurrent use, never writes,
+// and checks the hash of every object it returns (a pack or loose file
+// whose content does not hash to its name is an error, never evidence).
+type objectDir struct {
+	dir string // the objects directory
+
+	mu     sync.Mutex
+	packs  []*mappedPack
+	loaded map[string]bool
+
+	// bases caches objects delta chains resolve through, by pack and
+	// offset: deltified trees share long chains.
+	baseMu    sync.Mutex
+	bases     map[baseKey][]byte
+	baseBytes int
+}
+
+type baseKey struct {
+	pack *mappedPack
+	off  int64
+}
+
+// maxBaseBytes bounds the delta base cache.
+const maxBaseBytes = 64 << 20
+
+// maxObjectSize bounds any object objectDir inflates: evidence files are
+// small, and a declared size is not allocated before it is checked.
+const maxObjectSize = 1 << 30
+
+type mappedPack struct {
+	name  string
+	data  []byte
+	idx   *idxfile.MemoryIndex
+	unmap func() error
+}
+
+// openObjectDir opens gitDir's objects directory. It refuses a
+// repository with alternates (objects stored elsewhere), which the
+// caller reads through go-git instead.
+func openObjectDir(gitDir string) (*objectDir, error) {
+	dir := filepath.Join(gitDir, "objects")
+	if _, err := os.Stat(filepath.Join(dir, "info", "alternates")); err == nil {
+		return nil, errors.New("repository has alternates")
+	}
+	d := &objectDir{dir: dir, loaded: map[string]bool{}, bases: map[baseKey][]byte{}}
+	if err := d.rescan(); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *objectDir) concurrent() bool { return true }
+
+// rescan maps pack files not mapped yet (a fetch or flush adds packs).
+func (d *objectDir) rescan() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idxs, err := filepath.Glob(filepath.Join(d.dir, "pack", "pack-*.idx"))
+	if err != nil {
+		return err
+	}
+	for _, idxPath := range idxs {
+		name := strings.TrimSuffix(filepath.Base(idxPath), ".idx")
+		if d.loaded[name] {
+			continue
+		}
+		p, err := mapPack(idxPath, strings.TrimSuffix(idxPath, ".idx")+".pack")
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // an .idx written before its pack is renamed in
+		}
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", name, err)
+		}
+		p.name = name
+		d.loaded[name] = true
+		// Newest packs first: they hold what was written last.
+		d.packs = append([]*mappedPack{p}, d.packs...)
+	}
+	return nil
+}
+
+func mapPack(idxPath, packPath string) (*mappedPack, error) {
+	f, err := os.Open(idxPath)
+	if err != nil {
+		return nil, err
+	}
+	idx := idxfile.NewMemoryIndex()
+	err = idxfile.NewDecoder(f).Decode(idx)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	data, unmap, err := mapFile(packPath)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) < 32 || string(data[:4]) != "PACK" || !bytes.Equal(data[len(data)-20:], idx.PackfileChecksum[:]) {
+		unmap()
+		return nil, errors.New("not a pack file matching its index")
+	}
+	return &mappedPack{data: data, idx: idx, unmap: unmap}, nil
+}
+
+func (d *objectDir) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.packs {
+		p.unmap()
+	}
+	d.packs = nil
+}
+
+// object implements objectSource.
+func (d *objectDir) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
+	gt, data, err := d.find(h, limit)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		// A pack may have arrived since the last scan.
+		if err := d.rescan(); err != nil {
+			return nil, err
+		}
+		gt, data, err = d.find(h, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t != plumbing.AnyObject && gt != t {
+		return nil, fmt.Errorf("%w: %s is a %s, not a %s", plumbing.ErrObjectNotFound, h, gt, t)
+	}
+	hs := plumbing.NewHasher(gt, int64(len(data)))
+	hs.Write(data)
+	if got := hs.Sum(); got != h {
+		return nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+	}
+	return data, nil
+}
+
+func (d *objectDir) find(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	d.mu.Lock()
+	packs := d.packs
+	d.mu.Unlock()
+	for _, p := range packs {
+		off, err := p.idx.FindOffset(h)
+		if err != nil {
+			continue
+		}
+		return d.packed(p, off, limit, 0)
+	}
+	return d.loose(h, limit)
+}
+
+// loose reads a loose object file.
+func (d *objectDir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	hex := h.String()
+	raw, err := os.ReadFile(filepath.Join(d.dir, hex[:2], hex[2:]))
+	if errors.Is(err, fs.ErrNotExist) {
+		return plumbing.InvalidObject, nil, fmt.Errorf("%w: %s", plumbing.ErrObjectNotFound, h)
+	}
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	zr, err := zlib.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	defer zr.Close()
+	var hdr [32]byte
+	n, _ := io.ReadFull(zr, hdr[:])
+	sp := bytes.IndexByte(hdr[:n], ' ')
+	nul := bytes.IndexByte(hdr[:n], 0)
+	if sp < 0 || nul < sp {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: malformed header", h)
+	}
+	t, err := plumbing.ParseObjectType(string(hdr[:sp]))
+	if err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	size, err := strconv.ParseInt(string(hdr[sp+1:nul]), 10, 64)
+	if err != nil || size < 0 {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: malformed size", h)
+	}
+	if err := checkSize(size, limit); err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("object %s: %w", h, err)
+	}
+	data := make([]byte, size)
+	got := copy(data, hdr[nul+1:n])
+	if _, err := io.ReadFull(zr, data[got:]); err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	return t, data, nil
+}
+
+func checkSize(size, limit int64) error {
+	if size > maxObjectSize || (limit > 0 && size > limit) {
+		return fmt.Errorf("%d bytes is more than an evidence object may hold", size)
+	}
+	return nil
+}
+
+// maxDeltaDepth bounds a delta chain (git's default is 50).
+const maxDeltaDepth = 1000
+
+// packed reads the object at off in p, resolving deltas.
+func (d *objectDir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing.ObjectType, []byte, error) {
+	if depth > maxDeltaDepth {
+		return plumbing.InvalidObject, nil, fmt.Errorf("pack %s: delta chain longer than %d", p.name, maxDeltaDepth)
+	}
+	bad := func(what string) error { return fmt.Errorf("pack %s: object at offset %d: %s", p.name, off, what) }
+	data := p.data
+	end := int64(len(data)) - 20
+	if off < 12 || off >= end {
+		return plumbing.InvalidObject, nil, bad("offset outside the pack")
+	}
+	pos := off
+	c := data[pos]
+	pos++
+	t := plumbing.ObjectType((c >> 4) & 7)
+	size := int64(c & 0x0f)
+	for shift := 4; c&0x80 != 0; shift += 7 {
+		if pos >= end || shift > 60 {
+			return plumbing.InvalidObject, nil, bad("malformed header")
+		}
+		c = data[pos]
+		pos++
+		size |= int64(c&0x7f) << shift
+	}
+	switch t {
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+		if err := checkSize(size, limit); err != nil {
+			return plumbing.InvalidObject, nil, bad(err.Error())
+		}
+		b, err := inflate(data[pos:end], size)
+		if err != nil {
+			return plumbing.InvalidObject, nil, bad(err.Error())
+		}
+		return t, b, nil
+	case plumbing.OFSDeltaObject, plumbing.REFDeltaObject:
+	default:
+		return plumbing.InvalidObject, nil, bad(fmt.Sprintf("unknown type %d", t))
+	}
+	var base []byte
+	var bt plumbing.ObjectType
+	var err error
+	if t == plumbing.OFSDeltaObject {
+		if pos >= end {
+			return plumbing.InvalidObject, nil, bad("malformed delta offset")
+		}
+		c = data[pos]
+		pos++
+		rel := int64(c & 0x7f)
+		for c&0x80 != 0 {
+			if pos >= end || rel > 1<<48 {
+				return plumbing.InvalidObject, nil, bad("malformed delta offset")
+			}
+			c = data[pos]
+			pos++
+			rel = ((rel + 1) << 7) | int64(c&0x7f)
+		}
+		if rel <= 0 || rel > off {
+			return plumbing.InvalidObject, nil, bad("delta base outside the pack")
+		}
+		bt, base, err = d.base(p, off-rel, depth)
+	} else {
+		if pos+20 > end {
+			return plumbing.InvalidObject, nil, bad("malformed delta base")
+		}
+		var bh plumbing.Hash
+		copy(bh[:], data[pos:pos+20])
+		pos += 20
+		bo, ferr := p.idx.FindOffset(bh)
+		if ferr != nil {
+			return plumbing.InvalidObject, nil, bad("delta base " + bh.String() + " is not in the pack")
+		}
+		bt, base, err = d.base(p, bo, depth)
+	}
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	if err := checkSize(size, maxObjectSize); err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	delta, err := inflate(data[pos:end], size)
+	if err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	if target, ok := deltaTargetSize(delta); !ok || checkSize(target, limit) != nil {
+		return plumbing.InvalidObject, nil, bad("delta target too large or malformed")
+	}
+	out, err := packfile.PatchDelta(base, delta)
+	if err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	return bt, out, nil
+}
+
+// base returns a delta base, cached.
+func (d *objectDir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []byte, error) {
+	k := baseKey{p, off}
+	d.baseMu.Lock()
+	b, ok := d.bases[k]
+	d.baseMu.Unlock()
+	if ok {
+		return plumbing.ObjectType(b[0]), b[1:], nil
+	}
+	t, data, err := d.packed(p, off, 0, depth+1)
+	if err != nil {
+		return t, nil, err
+	}
+	e := make([]byte, 1+len(data))
+	e[0] = byte(t)
+	copy(e[1:], data)
+	d.baseMu.Lock()
+	if d.baseBytes+len(e) > maxBaseBytes {
+		clear(d.bases)
+		d.baseBytes = 0
+	}
+	d.bases[k] = e
+	d.baseBytes += len(e)
+	d.baseMu.Unlock()
+	return t, data, nil
+}
+
+// deltaTargetSize reads the target size of a delta (after its source
+// size).
+func deltaTargetSize(delta []byte) (int64, bool) {
+	i := 0
+	for n := 0; n < 2; n++ {
+		var v int64
+		for shift := 0; ; shift += 7 {
+			if i >= len(delta) || shift > 56 {
+				return 0, false
+			}
+			c := delta[i]
+			i++
+			v |= int64(c&0x7f) << shift
+			if c&0x80 == 0 {
+				break
+			}
+		}
+		if n == 1 {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+var inflaters sync.Pool
+
+// inflate decompresses one zlib stream of exactly size bytes from src.
+func inflate(src []byte, size int64) ([]byte, error) {
+	br := bytes.NewReader(src)
+	var zr io.ReadCloser
+	if v := inflaters.Get(); v != nil {
+		zr = v.(io.ReadCloser)
+		if err := zr.(zlib.Resetter).Reset(br, nil); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if zr, err = zlib.NewReader(br); err != nil {
+			return nil, err
+		}
+	}
+	defer inflaters.Put(zr)
+	out := make([]byte, size)
+	if _, err := io.ReadFull(zr, out); err != nil {
+		return nil, fmt.Errorf("inflate: %w", err)
+	}
+	return out, nil
+}
+
+// parseTree decodes a tree object's entries (name, mode, hash), as
+// go-git's object.Tree.Decode does, without its reader machinery.
+func parseTree(data []byte) ([]object.TreeEntry, error) {
+	n := bytes.Count(data, []byte{0})
+	entries := make([]object.TreeEntry, 0, n)
+	for len(data) > 0 {
+		sp := bytes.IndexByte(data, ' ')
+		if sp <= 0 {
+			return nil, errors.New("malformed tree entry mode")
+		}
+		mode, err := strconv.ParseUint(string(data[:sp]), 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("malformed tree entry mode %q", data[:sp])
+		}
+		data = data[sp+1:]
+		nul := bytes.IndexByte(data, 0)
+		if nul <= 0 || len(data) < nul+1+20 {
+			return nil, errors.New("malformed tree entry")
+		}
+		e := object.TreeEntry{Name: string(data[:nul]), Mode: filemode.FileMode(mode)}
+		copy(e.Hash[:], data[nul+1:nul+21])
+		entries = append(entries, e)
+		data = data[nul+21:]
+	}
+	return slices.Clip(entries), nil
+}

@@ -1,0 +1,105 @@
+package evidence
+
+import (
+	"bytes"
+	"compress/zlib"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/gittest"
+)
+
+// TestObjectDirReadsWhatGitWrote reads every object of repositories stock
+// git packed (deltas by offset and by reference, as gc and repack write
+// them) and left loose, and compares each with `git cat-file`.
+func TestObjectDirReadsWhatGitWrote(t *testing.T) {
+	for _, tc := range []struct{ name, repack string }{
+		{"ofs-delta", "true"},
+		{"ref-delta", "false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			gittest.Git(t, dir, "init", "-q")
+			// Similar versions of the same files: git stores them as
+			// delta chains.
+			for i := range 30 {
+				for j := range 3 {
+					body := strings.Repeat(fmt.Sprintf("line %d of file %d\n", j, j), 50) + fmt.Sprintf("version %d\n", i)
+					require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.json", j)), []byte(body), 0o644))
+				}
+				gittest.Git(t, dir, "add", "-A")
+				gittest.Git(t, dir, "commit", "-q", "-m", fmt.Sprintf("v%d", i))
+			}
+			gittest.Git(t, dir, "-c", "repack.useDeltaBaseOffset="+tc.repack, "repack", "-a", "-d", "-f", "--depth=20", "--window=50")
+			// And some loose objects after the pack.
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "loose.json"), []byte("loose\n"), 0o644))
+			gittest.Git(t, dir, "add", "-A")
+			gittest.Git(t, dir, "commit", "-q", "-m", "loose")
+			if tc.repack == "false" {
+				require.Contains(t, gittest.Git(t, dir, "verify-pack", "-v", mustGlob(t, filepath.Join(dir, ".git/objects/pack/*.idx"))), "chain length")
+			}
+
+			d, err := openObjectDir(filepath.Join(dir, ".git"))
+			require.NoError(t, err)
+			defer d.close()
+			list := strings.Fields(gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname):%(objecttype)"))
+			require.Greater(t, len(list), 100)
+			for _, l := range list {
+				name, typ, _ := strings.Cut(l, ":")
+				want, err := gittest.Cmd(t, dir, "cat-file", typ, name).Output()
+				require.NoError(t, err)
+				ot, err := plumbing.ParseObjectType(typ)
+				require.NoError(t, err)
+				got, err := d.object(ot, plumbing.NewHash(name), 0)
+				require.NoError(t, err, name)
+				require.Equal(t, string(want), string(got), name)
+				// Asking for another type is "not found", never the object.
+				_, err = d.object(plumbing.TagObject, plumbing.NewHash(name), 0)
+				require.ErrorIs(t, err, plumbing.ErrObjectNotFound)
+			}
+			_, err = d.object(plumbing.BlobObject, plumbing.NewHash(strings.Repeat("ab", 20)), 0)
+			require.ErrorIs(t, err, plumbing.ErrObjectNotFound)
+		})
+	}
+}
+
+// TestObjectDirRefusesCorruptObjects: an object whose content does not
+// hash to its name, or larger than asked for, is an error.
+func TestObjectDirRefusesCorruptObjects(t *testing.T) {
+	dir := t.TempDir()
+	gittest.InitBare(t, dir)
+	h, err := gittest.Run(t, dir, []byte("the real content\n"), "hash-object", "-w", "--stdin")
+	require.NoError(t, err)
+	h = strings.TrimSpace(h)
+	// Rewrite the loose file with other content under the same name.
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write([]byte("blob 17\x00the fake content\n"))
+	zw.Close()
+	p := filepath.Join(dir, "objects", h[:2], h[2:])
+	require.NoError(t, os.Chmod(p, 0o644))
+	require.NoError(t, os.WriteFile(p, z.Bytes(), 0o644))
+	d, err := openObjectDir(dir)
+	require.NoError(t, err)
+	defer d.close()
+	_, err = d.object(plumbing.BlobObject, plumbing.NewHash(h), 0)
+	require.ErrorContains(t, err, "is corrupt")
+
+	big, err := gittest.Run(t, dir, bytes.Repeat([]byte("x"), 4096), "hash-object", "-w", "--stdin")
+	require.NoError(t, err)
+	_, err = d.object(plumbing.BlobObject, plumbing.NewHash(strings.TrimSpace(big)), 1024)
+	require.ErrorContains(t, err, "more than")
+}
+
+func mustGlob(t *testing.T, pattern string) string {
+	m, err := filepath.Glob(pattern)
+	require.NoError(t, err)
+	require.Len(t, m, 1)
+	return m[0]
+}

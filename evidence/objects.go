@@ -46,6 +46,12 @@ func (s storerSource) object(t plumbing.ObjectType, h plumbing.Hash, limit int64
 	if err != nil {
 		return nil, err
 	}
+	return readEncoded(o, limit)
+}
+
+// readEncoded returns the content of o, refusing one larger than limit
+// (no limit when limit <= 0).
+func readEncoded(o plumbing.EncodedObject, limit int64) ([]byte, error) {
 	if limit > 0 && o.Size() > limit {
 		return nil, fmt.Errorf("%d bytes is more than %d", o.Size(), limit)
 	}

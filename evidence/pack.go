@@ -13,11 +13,16 @@ import (
 )
 
 // writePack writes the objects hashes of st to w as a version 2 packfile
-// of whole objects (no deltas), each deflated at zlib's best speed, with
-// one compressor reused for every object. It is what a push sends and
-// what a flush adds to the mirror: a few dozen new objects, where
-// go-git's encoder (default compression, a fresh compressor state per
-// object) costs more than building the commit.
+// of whole objects (no deltas), with one compressor per level reused for
+// every object. It is what a push sends and what a flush adds to the
+// mirror: a few dozen new objects, where go-git's encoder (default
+// compression, a fresh compressor state per object) costs more than
+// building the commit.
+//
+// Blobs and commits are deflated at zlib's best speed. Trees are stored
+// (zlib level 0): they are mostly 20-byte hashes, which do not compress,
+// and a shard's tree grows with the runs of its day, so deflating it was
+// the one part of an append whose cost grew with the branch.
 func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Hash) error {
 	sum := sha1.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
@@ -26,7 +31,8 @@ func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Has
 	binary.BigEndian.PutUint32(hdr[4:], 2)
 	binary.BigEndian.PutUint32(hdr[8:], uint32(len(hashes)))
 	bw.Write(hdr[:])
-	zw, _ := zlib.NewWriterLevel(bw, zlib.BestSpeed)
+	zfast, _ := zlib.NewWriterLevel(bw, zlib.BestSpeed)
+	zstore, _ := zlib.NewWriterLevel(bw, zlib.NoCompression)
 	var buf []byte
 	for _, h := range hashes {
 		o, err := st.EncodedObject(plumbing.AnyObject, h)
@@ -51,6 +57,10 @@ func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Has
 		r, err := o.Reader()
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
+		}
+		zw := zfast
+		if o.Type() == plumbing.TreeObject {
+			zw = zstore
 		}
 		zw.Reset(bw)
 		_, err = io.Copy(zw, r)

@@ -105,6 +105,7 @@ type Store struct {
 	// brings them back.
 	overlay *memory.ObjectStorage
 	objs    layered
+	fast    *objectDir // the mirror's objects, read directly
 
 	mu     sync.Mutex
 	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
@@ -181,12 +182,20 @@ func (s *Store) open(ctx context.Context) error {
 	s.st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(),
 		filesystem.Options{KeepDescriptors: true})
 	s.overlay = newOverlay()
-	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay}
 	if _, err := os.Stat(filepath.Join(dir, "config")); errors.Is(err, os.ErrNotExist) {
 		if _, err := git.Init(s.st, nil); err != nil {
 			return fmt.Errorf("evidence: init mirror %s: %w", dir, err)
 		}
 	}
+	// Base trees are read through mapped packs (objectDir): go-git's
+	// pack reader seeks and reads per object, which was the part of an
+	// append that grew with the branch.
+	fast, err := openObjectDir(dir)
+	if err != nil {
+		return fmt.Errorf("evidence: open mirror objects %s: %w", dir, err)
+	}
+	s.fast = fast
+	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay, fast: fast}
 	b, err := os.ReadFile(filepath.Join(s.opts.StateDir, stateFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -221,6 +230,9 @@ func (s *Store) Close() error {
 	var errs []error
 	if s.st != nil {
 		errs = append(errs, s.flush(), s.st.Close())
+	}
+	if s.fast != nil {
+		s.fast.close()
 	}
 	errs = append(errs, s.lock.Close())
 	return errors.Join(errs...)
@@ -535,8 +547,26 @@ func newOverlay() *memory.ObjectStorage {
 // layered reads objects from the in-memory overlay first, then the mirror.
 type layered struct {
 	storer.EncodedObjectStorer
-	top *memory.ObjectStorage
+	top  *memory.ObjectStorage
+	fast *objectDir // the mirror's objects read directly; nil reads through go-git
 }
+
+// object implements objectSource: the overlay, then the mirror's packs
+// and loose objects, then go-git (whatever objectDir cannot read).
+func (l layered) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
+	if o, err := l.top.EncodedObject(t, h); err == nil {
+		return readEncoded(o, limit)
+	}
+	if l.fast != nil {
+		b, err := l.fast.object(t, h, limit)
+		if !errors.Is(err, plumbing.ErrObjectNotFound) {
+			return b, err
+		}
+	}
+	return storerSource{l.EncodedObjectStorer}.object(t, h, limit)
+}
+
+func (l layered) concurrent() bool { return false }
 
 func (l layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if o, err := l.top.EncodedObject(t, h); err == nil {

@@ -301,6 +301,9 @@ func compareTreeNames(a []byte, aDir bool, b []byte, bDir bool) int {
 
 // readObject returns the content of object h of type t.
 func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+	if src, ok := st.(objectSource); ok {
+		return src.object(t, h, 0)
+	}
 	o, err := st.EncodedObject(t, h)
 	if err != nil {
 		return nil, err
@@ -324,7 +327,7 @@ func (b *builder) commit(parent plumbing.Hash, c *changeTree, msg string, who ob
 	var baseTree plumbing.Hash
 	var parents []plumbing.Hash
 	if !parent.IsZero() {
-		pc, err := object.GetCommit(b.st, parent)
+		pc, err := decodeCommit(b.st, parent)
 		if err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("evidence: read tip %s: %w", parent, err)
 		}
@@ -349,6 +352,22 @@ func (b *builder) commit(parent plumbing.Hash, c *changeTree, msg string, who ob
 	}
 	commit.PGPSignature = string(sshsig.Armor(sig))
 	return b.putObject(commit)
+}
+
+// decodeCommit reads commit h through readObject.
+func decodeCommit(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Commit, error) {
+	raw, err := readObject(st, plumbing.CommitObject, h)
+	if err != nil {
+		return nil, err
+	}
+	mo := &plumbing.MemoryObject{}
+	mo.SetType(plumbing.CommitObject)
+	mo.Write(raw)
+	c := &object.Commit{}
+	if err := c.Decode(mo); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func persistTo(dst storer.EncodedObjectStorer, src *memory.Storage, hashes []plumbing.Hash) error {

@@ -392,6 +392,8 @@ func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
 // that each commit only adds files, and reads every added file once,
 // handing signed documents to the verification pool.
 func (a *auditor) walk(ctx context.Context) error {
+	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
+	defer a.pool.close()
 	if err := a.history(ctx, ""); err != nil {
 		return err
 	}
@@ -400,7 +402,9 @@ func (a *auditor) walk(ctx context.Context) error {
 
 // history reads the first-parent history from the tip back to the root,
 // or, with dir set, back to the last commit holding dir, recording dir's
-// tree in each commit (commitInfo.tree). It stores it oldest first.
+// tree in each commit (commitInfo.tree). It stores it oldest first. Each
+// commit's signature goes to the pool (started by the caller) as soon as
+// the commit is read, so that verification overlaps the walk.
 func (a *auditor) history(ctx context.Context, dir string) error {
 	var chain []*commitInfo
 	for h := a.rd.tip; !h.IsZero(); {
@@ -427,7 +431,9 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 				break
 			}
 		}
-		chain = append(chain, &commitInfo{hash: h, tree: tree, when: c.Committer.When, sigErr: &sigResult{raw: raw}})
+		ci := &commitInfo{hash: h, tree: tree, when: c.Committer.When, sigErr: &sigResult{raw: raw}}
+		chain = append(chain, ci)
+		a.pool.submitCommit(ci)
 		if len(c.ParentHashes) > 1 {
 			a.add(Finding{Rule: RuleLinearHistory, Commit: h.String(),
 				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.ParentHashes))})
@@ -447,15 +453,9 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 }
 
 // replay diffs each commit's tree (of dir) against its parent's, reading
-// only what changed, and verifies commit and document signatures on the
-// pool.
+// only what changed, and verifies document signatures on the pool; it
+// waits for the pool and reports commit signatures.
 func (a *auditor) replay(ctx context.Context, dir string) error {
-	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
-	defer a.pool.close()
-	// Commit signatures are checked on the pool too.
-	for _, c := range a.commits {
-		a.pool.submitCommit(c)
-	}
 	prev := plumbing.ZeroHash
 	for _, c := range a.commits {
 		if err := ctx.Err(); err != nil {
@@ -769,7 +769,7 @@ type approvalResult struct {
 
 func newVerifyPool(rd *branchReader, p *signing.TrustPolicy, n int) *verifyPool {
 	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), objs: rd.objs, reads: rd.objs.concurrent(),
-		jobs: make(chan func(), 4*n), approvals: map[plumbing.Hash]*approvalResult{}}
+		jobs: make(chan func(), 1024), approvals: map[plumbing.Hash]*approvalResult{}}
 	for range n {
 		vp.workers.Go(func() {
 			for j := range vp.jobs {
@@ -786,9 +786,19 @@ func (vp *verifyPool) submit(f func()) {
 	vp.jobs <- f
 }
 
-// wait waits for every job submitted so far and returns the first error
-// a worker had reading an object.
+// wait runs queued jobs on the calling goroutine too until none is left,
+// waits for every job submitted so far, and returns the first error a
+// worker had reading an object.
 func (vp *verifyPool) wait() error {
+	for drained := false; !drained; {
+		select {
+		case j := <-vp.jobs:
+			j()
+			vp.wg.Done()
+		default:
+			drained = true
+		}
+	}
 	vp.wg.Wait()
 	vp.errMu.Lock()
 	defer vp.errMu.Unlock()

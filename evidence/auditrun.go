@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -110,6 +111,9 @@ type runAudit struct {
 	// unverified: some document did not verify (reported on its own);
 	// what only it would have bound is not reported again.
 	unverified bool
+	// findings of the run's own checks (check runs on several goroutines;
+	// checkAll adds them in run order).
+	findings []Finding
 }
 
 func (r *runAudit) add(rule, rel, msg string) {
@@ -120,7 +124,7 @@ func (r *runAudit) add(rule, rel, msg string) {
 	if rel == "" {
 		f.Path = r.dir
 	}
-	r.a.add(f)
+	r.findings = append(r.findings, f)
 }
 
 func (r *runAudit) file(rel string) *fileRec { return r.files[rel] }
@@ -292,10 +296,27 @@ func (a *auditor) checkAll() {
 			a.add(Finding{Rule: RuleLayout, Path: p, Message: "outside the evidence layout (ids/, runs/, chain/)"})
 		}
 	}
+	// Runs are checked independently, on as many goroutines as the
+	// audit has workers; findings keep run order.
+	next := make(chan *runAudit)
+	var wg sync.WaitGroup
+	for range max(1, a.opts.Workers) {
+		wg.Go(func() {
+			for r := range next {
+				r.check()
+			}
+		})
+	}
 	for _, dir := range order {
 		r := runs[dir]
-		r.check()
 		a.runs = append(a.runs, r)
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+	for _, r := range a.runs {
+		a.findings = append(a.findings, r.findings...)
+		r.findings = nil
 	}
 	a.checkIndex(runs)
 	a.checkCopies()

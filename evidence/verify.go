@@ -91,6 +91,8 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		rep.Findings = []Finding{{Rule: RuleIndex, Cluster: cluster, Run: opts.Run, Path: ip, Message: fmt.Sprintf("content %q is not the directory of run %s of cluster %s", data, opts.Run, cluster)}}
 		return rep, nil
 	}
+	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
+	defer a.pool.close()
 	if err := a.history(ctx, dir); err != nil {
 		return nil, err
 	}
@@ -113,6 +115,7 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		r.files[strings.TrimPrefix(p, dir+"/")] = f
 	}
 	r.check()
+	a.findings = append(a.findings, r.findings...)
 	if r.receipt != nil {
 		a.verifyChainLinks(r, root)
 	}

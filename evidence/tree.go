@@ -304,20 +304,7 @@ func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 	if src, ok := st.(objectSource); ok {
 		return src.object(t, h, 0)
 	}
-	o, err := st.EncodedObject(t, h)
-	if err != nil {
-		return nil, err
-	}
-	r, err := o.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	b := make([]byte, o.Size())
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return storerSource{st}.object(t, h, 0)
 }
 
 // commit builds the tree of parent plus c and a commit over it, signed by

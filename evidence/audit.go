@@ -1,7 +1,9 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -415,33 +418,30 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
-		c := &object.Commit{}
-		mo := &plumbing.MemoryObject{}
-		mo.SetType(plumbing.CommitObject)
-		mo.Write(raw)
-		if err := c.Decode(mo); err != nil {
+		c, err := parseCommitHeader(raw)
+		if err != nil {
 			return fmt.Errorf("evidence: could not decode commit %s: %w", h, err)
 		}
-		tree := c.TreeHash
+		tree := c.tree
 		if dir != "" {
-			if tree, err = lookupTree(a.rd.objs, c.TreeHash, dir); err != nil {
+			if tree, err = lookupTree(a.rd.objs, c.tree, dir); err != nil {
 				return err
 			}
 			if tree.IsZero() {
 				break
 			}
 		}
-		ci := &commitInfo{hash: h, tree: tree, when: c.Committer.When, sigErr: &sigResult{raw: raw}}
+		ci := &commitInfo{hash: h, tree: tree, when: c.when, sigErr: &sigResult{raw: raw}}
 		chain = append(chain, ci)
 		a.pool.submitCommit(ci)
-		if len(c.ParentHashes) > 1 {
+		if len(c.parents) > 1 {
 			a.add(Finding{Rule: RuleLinearHistory, Commit: h.String(),
-				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.ParentHashes))})
+				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.parents))})
 		}
-		if len(c.ParentHashes) == 0 {
+		if len(c.parents) == 0 {
 			break
 		}
-		h = c.ParentHashes[0]
+		h = c.parents[0]
 	}
 	slices.Reverse(chain)
 	for i, c := range chain {
@@ -450,6 +450,74 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 	}
 	a.commits = chain
 	return nil
+}
+
+// commitHeader is what the walk needs of a commit.
+type commitHeader struct {
+	tree    plumbing.Hash
+	parents []plumbing.Hash
+	when    time.Time // committer time
+}
+
+// parseCommitHeader reads the tree, parents and committer time of a raw
+// commit (its header lines, up to the first empty line): the walk reads
+// every commit of the branch, and go-git's decoder also copies the
+// message and signature through a buffered reader.
+func parseCommitHeader(raw []byte) (commitHeader, error) {
+	var c commitHeader
+	var haveTree, haveCommitter bool
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if len(line) == 0 {
+			break
+		}
+		key, val, _ := bytes.Cut(line, []byte{' '})
+		switch string(key) {
+		case "tree", "parent":
+			var h plumbing.Hash
+			if len(val) != 2*hashSize {
+				return c, fmt.Errorf("malformed %s line", key)
+			}
+			if _, err := hex.Decode(h[:], val); err != nil {
+				return c, fmt.Errorf("malformed %s line", key)
+			}
+			if string(key) == "tree" {
+				if haveTree {
+					return c, errors.New("two tree lines")
+				}
+				c.tree, haveTree = h, true
+			} else {
+				c.parents = append(c.parents, h)
+			}
+		case "committer":
+			// committer NAME <EMAIL> UNIX-SECONDS ZONE
+			gt := bytes.LastIndexByte(val, '>')
+			if gt < 0 {
+				return c, errors.New("malformed committer line")
+			}
+			f := strings.Fields(string(val[gt+1:]))
+			if len(f) != 2 {
+				return c, errors.New("malformed committer line")
+			}
+			sec, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return c, errors.New("malformed committer time")
+			}
+			if haveCommitter {
+				return c, errors.New("two committer lines")
+			}
+			c.when, haveCommitter = time.Unix(sec, 0), true
+		}
+	}
+	if !haveTree || !haveCommitter {
+		return c, errors.New("no tree or committer line")
+	}
+	return c, nil
 }
 
 // replay diffs each commit's tree (of dir) against its parent's, reading
@@ -461,7 +529,12 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		a.prevTrees, a.curTrees = a.curTrees, map[plumbing.Hash][]object.TreeEntry{}
+		// The current commit's trees become the parent side of the next.
+		clear(a.prevTrees)
+		a.prevTrees, a.curTrees = a.curTrees, a.prevTrees
+		if a.curTrees == nil {
+			a.curTrees = map[plumbing.Hash][]object.TreeEntry{}
+		}
 		if err := a.diff(c, dir, prev, c.tree); err != nil {
 			return err
 		}
@@ -533,13 +606,16 @@ func (a *auditor) diff(c *commitInfo, dir string, old, new plumbing.Hash) error 
 		byName[e.Name] = e
 	}
 	for _, o := range oldEntries {
-		p := path.Join(dir, o.Name)
 		n, ok := byName[o.Name]
+		if ok && o.Hash == n.Hash && o.Mode == n.Mode {
+			delete(byName, o.Name)
+			continue // unchanged, the common case: no path built
+		}
+		p := path.Join(dir, o.Name)
 		delete(byName, o.Name)
 		switch {
 		case !ok:
 			a.removed(c, p, o)
-		case o.Hash == n.Hash && o.Mode == n.Mode:
 		case o.Mode == filemode.Dir && n.Mode == filemode.Dir:
 			if err := a.diff(c, p, o.Hash, n.Hash); err != nil {
 				return err

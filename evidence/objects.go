@@ -2,7 +2,10 @@ package evidence
 
 import (
 	"bytes"
+	"crypto"
+	"hash"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	gitHash "github.com/go-git/go-git/v5/plumbing/hash"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
@@ -176,6 +180,43 @@ func mapPack(idxPath, packPath string) (*mappedPack, error) {
 	return &mappedPack{data: data, idx: idx, unmap: unmap}, nil
 }
 
+// offset finds h in the pack's index. It reads the index's tables
+// directly: idxfile.MemoryIndex.FindOffset also records every lookup in a
+// map under a mutex, which the audit's workers would contend on.
+func (p *mappedPack) offset(h plumbing.Hash) (int64, bool) {
+	idx := p.idx
+	if len(idx.FanoutMapping) <= int(h[0]) {
+		return 0, false
+	}
+	k := idx.FanoutMapping[h[0]]
+	if k < 0 || k >= len(idx.Names) || k >= len(idx.Offset32) {
+		return 0, false
+	}
+	names := idx.Names[k]
+	n := min(len(names)/hashSize, len(idx.Offset32[k])/4)
+	lo, hi := 0, n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		switch c := bytes.Compare(names[mid*hashSize:(mid+1)*hashSize], h[:]); {
+		case c < 0:
+			lo = mid + 1
+		case c > 0:
+			hi = mid
+		default:
+			ofs := binary.BigEndian.Uint32(idx.Offset32[k][mid*4:])
+			if ofs&(1<<31) == 0 {
+				return int64(ofs), true
+			}
+			at := 8 * int(ofs&^(1<<31))
+			if at+8 > len(idx.Offset64) {
+				return 0, false
+			}
+			return int64(binary.BigEndian.Uint64(idx.Offset64[at:])), true
+		}
+	}
+	return 0, false
+}
+
 func (d *objectDir) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -201,9 +242,7 @@ func (d *objectDir) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) 
 	if t != plumbing.AnyObject && gt != t {
 		return nil, fmt.Errorf("%w: %s is a %s, not a %s", plumbing.ErrObjectNotFound, h, gt, t)
 	}
-	hs := plumbing.NewHasher(gt, int64(len(data)))
-	hs.Write(data)
-	if got := hs.Sum(); got != h {
+	if got := objectHash(gt, data); got != h {
 		return nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
 	}
 	return data, nil
@@ -214,11 +253,9 @@ func (d *objectDir) find(h plumbing.Hash, limit int64) (plumbing.ObjectType, []b
 	packs := d.packs
 	d.mu.Unlock()
 	for _, p := range packs {
-		off, err := p.idx.FindOffset(h)
-		if err != nil {
-			continue
+		if off, ok := p.offset(h); ok {
+			return d.packed(p, off, limit, 0)
 		}
-		return d.packed(p, off, limit, 0)
 	}
 	return d.loose(h, limit)
 }
@@ -233,11 +270,12 @@ func (d *objectDir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
 	}
-	zr, err := zlib.NewReader(bytes.NewReader(raw))
+	f, err := getInflater(raw)
 	if err != nil {
 		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
 	}
-	defer zr.Close()
+	defer putInflater(f)
+	zr := f.zr
 	var hdr [32]byte
 	n, _ := io.ReadFull(zr, hdr[:])
 	sp := bytes.IndexByte(hdr[:n], ' ')
@@ -341,8 +379,8 @@ func (d *objectDir) packed(p *mappedPack, off int64, limit int64, depth int) (pl
 		var bh plumbing.Hash
 		copy(bh[:], data[pos:pos+20])
 		pos += 20
-		bo, ferr := p.idx.FindOffset(bh)
-		if ferr != nil {
+		bo, found := p.offset(bh)
+		if !found {
 			return plumbing.InvalidObject, nil, bad("delta base " + bh.String() + " is not in the pack")
 		}
 		bt, base, err = d.base(p, bo, depth)
@@ -418,29 +456,87 @@ func deltaTargetSize(delta []byte) (int64, bool) {
 	return 0, false
 }
 
-var inflaters sync.Pool
+// Decompressors and hashers are reused through free lists rather than a
+// sync.Pool: a pool is emptied at every GC, and a fresh zlib reader
+// allocates its 32 KiB window (the audit reads thousands of small objects
+// between two collections).
+var (
+	inflaters = make(chan *inflater, 64)
+	hashers   = make(chan hash.Hash, 64)
+)
+
+type inflater struct {
+	br bytes.Reader
+	zr io.ReadCloser
+}
+
+// getInflater returns a zlib reader of src from the free list.
+func getInflater(src []byte) (*inflater, error) {
+	select {
+	case f := <-inflaters:
+		f.br.Reset(src)
+		if err := f.zr.(zlib.Resetter).Reset(&f.br, nil); err != nil {
+			putInflater(f)
+			return nil, err
+		}
+		return f, nil
+	default:
+		f := &inflater{}
+		f.br.Reset(src)
+		zr, err := zlib.NewReader(&f.br)
+		if err != nil {
+			return nil, err
+		}
+		f.zr = zr
+		return f, nil
+	}
+}
+
+func putInflater(f *inflater) {
+	select {
+	case inflaters <- f:
+	default:
+	}
+}
 
 // inflate decompresses one zlib stream of exactly size bytes from src.
 func inflate(src []byte, size int64) ([]byte, error) {
-	br := bytes.NewReader(src)
-	var zr io.ReadCloser
-	if v := inflaters.Get(); v != nil {
-		zr = v.(io.ReadCloser)
-		if err := zr.(zlib.Resetter).Reset(br, nil); err != nil {
-			return nil, err
-		}
-	} else {
-		var err error
-		if zr, err = zlib.NewReader(br); err != nil {
-			return nil, err
-		}
+	f, err := getInflater(src)
+	if err != nil {
+		return nil, err
 	}
-	defer inflaters.Put(zr)
+	defer putInflater(f)
 	out := make([]byte, size)
-	if _, err := io.ReadFull(zr, out); err != nil {
+	if _, err := io.ReadFull(f.zr, out); err != nil {
 		return nil, fmt.Errorf("inflate: %w", err)
 	}
 	return out, nil
+}
+
+// objectHash is the object name of data as an object of type t: SHA-1
+// with collision detection, as go-git computes it.
+func objectHash(t plumbing.ObjectType, data []byte) plumbing.Hash {
+	var h hash.Hash
+	select {
+	case h = <-hashers:
+		h.Reset()
+	default:
+		h = gitHash.New(crypto.SHA1)
+	}
+	var hdr [32]byte
+	b := append(hdr[:0], t.Bytes()...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(data)), 10)
+	b = append(b, 0)
+	h.Write(b)
+	h.Write(data)
+	var sum plumbing.Hash
+	h.Sum(sum[:0])
+	select {
+	case hashers <- h:
+	default:
+	}
+	return sum
 }
 
 // parseTree decodes a tree object's entries (name, mode, hash), as

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/gittest"
@@ -59,6 +60,19 @@ func TestObjectDirReadsWhatGitWrote(t *testing.T) {
 				got, err := d.object(ot, plumbing.NewHash(name), 0)
 				require.NoError(t, err, name)
 				require.Equal(t, string(want), string(got), name)
+				if ot == plumbing.CommitObject {
+					// The walk's header parser agrees with go-git's decoder.
+					mo := &plumbing.MemoryObject{}
+					mo.SetType(ot)
+					mo.Write(got)
+					var c object.Commit
+					require.NoError(t, c.Decode(mo))
+					h, err := parseCommitHeader(got)
+					require.NoError(t, err)
+					require.Equal(t, c.TreeHash, h.tree)
+					require.Equal(t, c.ParentHashes, h.parents)
+					require.True(t, c.Committer.When.Equal(h.when))
+				}
 				// Asking for another type is "not found", never the object.
 				_, err = d.object(plumbing.TagObject, plumbing.NewHash(name), 0)
 				require.ErrorIs(t, err, plumbing.ErrObjectNotFound)
@@ -102,4 +116,25 @@ func mustGlob(t *testing.T, pattern string) string {
 	require.NoError(t, err)
 	require.Len(t, m, 1)
 	return m[0]
+}
+
+func TestParseCommitHeaderRefusesMalformed(t *testing.T) {
+	tree := "tree " + strings.Repeat("a", 40) + "\n"
+	who := "committer c <c@x> 1700000000 +0000\n"
+	for name, raw := range map[string]string{
+		"no tree":        who + "\nmsg",
+		"short tree":     "tree abc\n" + who,
+		"two trees":      tree + tree + who,
+		"bad parent":     tree + "parent " + strings.Repeat("z", 40) + "\n" + who,
+		"no committer":   tree + "\nmsg",
+		"two committers": tree + who + who,
+		"bad time":       tree + "committer c <c@x> soon +0000\n",
+	} {
+		_, err := parseCommitHeader([]byte(raw))
+		require.Error(t, err, name)
+	}
+	c, err := parseCommitHeader([]byte(tree + "parent " + strings.Repeat("b", 40) + "\n" + who + "gpgsig -----BEGIN\n committer x <y> 1 +0000\n -----END\n\ncommitter in message <m> 5 +0000\n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1700000000), c.when.Unix())
+	require.Len(t, c.parents, 1)
 }

@@ -329,8 +329,8 @@ func strictJSON(b []byte, v any) error {
 func checkDuplicateKeys(b []byte) error {
 	type frame struct {
 		obj    bool
-		expect bool // the next string is a key
-		keys   []string
+		expect bool                // the next string is a key
+		keys   [][]byte            // unescaped keys (aliasing b when not escaped)
 		set    map[string]struct{} // once keys grows past smallObject
 	}
 	const smallObject = 16
@@ -368,28 +368,30 @@ func checkDuplicateKeys(b []byte) error {
 			}
 			top := &stack[n-1]
 			top.expect = false
-			key := string(b[i+1 : j])
+			key := b[i+1 : j]
 			if escaped {
-				if err := json.Unmarshal(b[i:j+1], &key); err != nil {
+				var k string
+				if err := json.Unmarshal(b[i:j+1], &k); err != nil {
 					return err
 				}
+				key = []byte(k)
 			}
 			i = j
 			if top.set != nil {
-				if _, dup := top.set[key]; dup {
+				if _, dup := top.set[string(key)]; dup {
 					return fmt.Errorf("duplicate field %q", key)
 				}
-				top.set[key] = struct{}{}
+				top.set[string(key)] = struct{}{}
 				continue
 			}
-			if slices.Contains(top.keys, key) {
+			if slices.ContainsFunc(top.keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
 				return fmt.Errorf("duplicate field %q", key)
 			}
 			top.keys = append(top.keys, key)
 			if len(top.keys) > smallObject {
 				top.set = make(map[string]struct{}, 2*len(top.keys))
 				for _, k := range top.keys {
-					top.set[k] = struct{}{}
+					top.set[string(k)] = struct{}{}
 				}
 				top.keys = nil
 			}

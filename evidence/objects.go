@@ -2,12 +2,12 @@ package evidence
 
 import (
 	"bytes"
-	"crypto"
-	"hash"
 	"compress/zlib"
+	"crypto"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"

@@ -103,7 +103,7 @@ func TestObjectDirRefusesCorruptObjects(t *testing.T) {
 	require.NoError(t, err)
 	defer d.close()
 	_, err = d.object(plumbing.BlobObject, plumbing.NewHash(h), 0)
-	require.ErrorContains(t, err, "is corrupt")
+	require.ErrorContains(t, err, "is corrupt", "an object whose content does not hash to its name must be refused")
 
 	big, err := gittest.Run(t, dir, bytes.Repeat([]byte("x"), 4096), "hash-object", "-w", "--stdin")
 	require.NoError(t, err)

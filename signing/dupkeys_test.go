@@ -102,7 +102,7 @@ func TestCheckDuplicateKeys(t *testing.T) {
 			if tc.dup == "" {
 				require.NoError(t, err)
 			} else {
-				require.EqualError(t, err, fmt.Sprintf("duplicate field %q", tc.dup))
+				require.EqualError(t, err, fmt.Sprintf("duplicate field %q", tc.dup), "a duplicate key must be refused")
 			}
 			require.Equal(t, err == nil, dupKeysReference([]byte(tc.in)) == nil, "reference disagrees")
 		})

@@ -386,7 +386,8 @@ type auditor struct {
 
 func newAuditor(rd *branchReader, opts AuditOptions) *auditor {
 	return &auditor{rd: rd, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
-		files: map[string]*fileRec{}, versions: map[string][]*fileRec{}}
+		files: map[string]*fileRec{}, versions: map[string][]*fileRec{},
+		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{}}
 }
 
 func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
@@ -532,9 +533,6 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 		// The current commit's trees become the parent side of the next.
 		clear(a.prevTrees)
 		a.prevTrees, a.curTrees = a.curTrees, a.prevTrees
-		if a.curTrees == nil {
-			a.curTrees = map[plumbing.Hash][]object.TreeEntry{}
-		}
 		if err := a.diff(c, dir, prev, c.tree); err != nil {
 			return err
 		}

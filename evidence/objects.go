@@ -12,13 +12,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	gitHash "github.com/go-git/go-git/v5/plumbing/hash"
@@ -539,29 +537,15 @@ func objectHash(t plumbing.ObjectType, data []byte) plumbing.Hash {
 	return sum
 }
 
-// parseTree decodes a tree object's entries (name, mode, hash), as
-// go-git's object.Tree.Decode does, without its reader machinery.
+// parseTree decodes a tree object's entries (name, mode, hash) with the
+// store's tree reader, without go-git's reader machinery.
 func parseTree(data []byte) ([]object.TreeEntry, error) {
-	n := bytes.Count(data, []byte{0})
-	entries := make([]object.TreeEntry, 0, n)
-	for len(data) > 0 {
-		sp := bytes.IndexByte(data, ' ')
-		if sp <= 0 {
-			return nil, errors.New("malformed tree entry mode")
-		}
-		mode, err := strconv.ParseUint(string(data[:sp]), 8, 32)
+	entries := make([]object.TreeEntry, 0, bytes.Count(data, []byte{0}))
+	for e, err := range rawEntries(data) {
 		if err != nil {
-			return nil, fmt.Errorf("malformed tree entry mode %q", data[:sp])
+			return nil, err
 		}
-		data = data[sp+1:]
-		nul := bytes.IndexByte(data, 0)
-		if nul <= 0 || len(data) < nul+1+20 {
-			return nil, errors.New("malformed tree entry")
-		}
-		e := object.TreeEntry{Name: string(data[:nul]), Mode: filemode.FileMode(mode)}
-		copy(e.Hash[:], data[nul+1:nul+21])
-		entries = append(entries, e)
-		data = data[nul+21:]
+		entries = append(entries, object.TreeEntry{Name: string(e.name), Mode: e.mode, Hash: e.hash})
 	}
-	return slices.Clip(entries), nil
+	return entries, nil
 }

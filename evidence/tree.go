@@ -94,7 +94,7 @@ func newChangeTree(files []File) (*changeTree, error) {
 // every object it creates in objs, in memory, so that exactly these are
 // pushed and nothing is written locally before the remote accepts them.
 type builder struct {
-	st     storer.EncodedObjectStorer
+	st     objectSource
 	objs   *memory.Storage
 	hashes []plumbing.Hash
 }
@@ -151,7 +151,7 @@ func (b *builder) tree(base plumbing.Hash, dir string, c *changeTree) (plumbing.
 	var raw []byte
 	if !base.IsZero() {
 		var err error
-		if raw, err = readObject(b.st, plumbing.TreeObject, base); err != nil {
+		if raw, err = b.st.object(plumbing.TreeObject, base, 0); err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s: %w", dir, err)
 		}
 	}
@@ -299,14 +299,6 @@ func compareTreeNames(a []byte, aDir bool, b []byte, bDir bool) int {
 	return int(ca) - int(cb)
 }
 
-// readObject returns the content of object h of type t.
-func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
-	if src, ok := st.(objectSource); ok {
-		return src.object(t, h, 0)
-	}
-	return storerSource{st}.object(t, h, 0)
-}
-
 // commit builds the tree of parent plus c and a commit over it, signed by
 // signer with an SSH signature (sshsig namespace "git", SHA-512) in the
 // gpgsig header, as `git verify-commit` with gpg.format=ssh expects.
@@ -314,11 +306,15 @@ func (b *builder) commit(parent plumbing.Hash, c *changeTree, msg string, who ob
 	var baseTree plumbing.Hash
 	var parents []plumbing.Hash
 	if !parent.IsZero() {
-		pc, err := decodeCommit(b.st, parent)
+		raw, err := b.st.object(plumbing.CommitObject, parent, 0)
 		if err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("evidence: read tip %s: %w", parent, err)
 		}
-		baseTree, parents = pc.TreeHash, []plumbing.Hash{parent}
+		pc, err := parseCommitHeader(raw)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("evidence: read tip %s: %w", parent, err)
+		}
+		baseTree, parents = pc.tree, []plumbing.Hash{parent}
 	}
 	root, err := b.tree(baseTree, "", c)
 	if err != nil {
@@ -339,22 +335,6 @@ func (b *builder) commit(parent plumbing.Hash, c *changeTree, msg string, who ob
 	}
 	commit.PGPSignature = string(sshsig.Armor(sig))
 	return b.putObject(commit)
-}
-
-// decodeCommit reads commit h through readObject.
-func decodeCommit(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Commit, error) {
-	raw, err := readObject(st, plumbing.CommitObject, h)
-	if err != nil {
-		return nil, err
-	}
-	mo := &plumbing.MemoryObject{}
-	mo.SetType(plumbing.CommitObject)
-	mo.Write(raw)
-	c := &object.Commit{}
-	if err := c.Decode(mo); err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 func persistTo(dst storer.EncodedObjectStorer, src *memory.Storage, hashes []plumbing.Hash) error {

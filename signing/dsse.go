@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	"signet.dev/signet/specs"
 )
@@ -369,7 +370,10 @@ func checkDuplicateKeys(b []byte) error {
 			top := &stack[n-1]
 			top.expect = false
 			key := b[i+1 : j]
-			if escaped {
+			// The decoder unescapes keys and turns each invalid UTF-8 byte
+			// into U+FFFD, so "\x9a" and "\x9b" are the same key to it:
+			// compare what it would see.
+			if escaped || !utf8.Valid(key) {
 				var k string
 				if err := json.Unmarshal(b[i:j+1], &k); err != nil {
 					return err

@@ -94,6 +94,9 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		{"same key in nested and outer", `{"x":{"x":{"x":1}}}`, ""},
 		{"duplicate after nested object", `{"a":{"b":1},"c":[1,{"a":2}],"a":0}`, "a"},
 		{"duplicate inside array element", `[{"a":1},{"a":1,"a":2}]`, "a"},
+		{"invalid UTF-8 keys the decoder makes equal", "{\"\x9a\":0,\"\x9b\":1}", "\ufffd"},
+		{"invalid UTF-8 key and escaped U+FFFD", "{\"\xff\":0,\"\\ufffd\":1}", "\ufffd"},
+		{"valid UTF-8 keys differ", "{\"é\":0,\"è\":1}", ""},
 		{"many keys", many(false), ""},
 		{"many keys duplicate", many(true), "k7"},
 	} {
@@ -114,7 +117,7 @@ func TestCheckDuplicateKeys(t *testing.T) {
 // FuzzCheckDuplicateKeys holds the byte scanner to the token-stream
 // reference on every input encoding/json accepts.
 func FuzzCheckDuplicateKeys(f *testing.F) {
-	for _, s := range []string{`{"a":1,"a":2}`, `{"a":"\"","b":{"a":[1,"}"]}}`, `{"\u0061":1,"a":2}`, `[{"x":null},{"x":true}]`, `"x"`, `{}`} {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":"\"","b":{"a":[1,"}"]}}`, `{"\u0061":1,"a":2}`, `[{"x":null},{"x":true}]`, `"x"`, `{}`, "{\"\x9a\":0,\"\x9a\":0}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

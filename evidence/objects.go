@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,6 +214,35 @@ func (p *mappedPack) offset(h plumbing.Hash) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// count is how many objects p holds.
+func (p *mappedPack) count() int { return int(p.idx.Fanout[255]) }
+
+// packList returns the packs mapped now.
+func (d *objectDir) packList() []*mappedPack {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.packs)
+}
+
+// forget unmaps the packs named (their files are about to be removed).
+// The caller makes sure nothing reads them meanwhile.
+func (d *objectDir) forget(names []string) {
+	d.mu.Lock()
+	d.packs = slices.DeleteFunc(d.packs, func(p *mappedPack) bool {
+		if !slices.Contains(names, p.name) {
+			return false
+		}
+		p.unmap()
+		delete(d.loaded, p.name)
+		return true
+	})
+	d.mu.Unlock()
+	d.baseMu.Lock()
+	clear(d.bases)
+	d.baseBytes = 0
+	d.baseMu.Unlock()
 }
 
 func (d *objectDir) close() {

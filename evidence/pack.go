@@ -6,6 +6,8 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -24,57 +26,124 @@ import (
 // and a shard's tree grows with the runs of its day, so deflating it was
 // the one part of an append whose cost grew with the branch.
 func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Hash) error {
-	sum := sha1.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
-	var hdr [12]byte
-	copy(hdr[:], "PACK")
-	binary.BigEndian.PutUint32(hdr[4:], 2)
-	binary.BigEndian.PutUint32(hdr[8:], uint32(len(hashes)))
-	bw.Write(hdr[:])
-	zfast, _ := zlib.NewWriterLevel(bw, zlib.BestSpeed)
-	zstore, _ := zlib.NewWriterLevel(bw, zlib.NoCompression)
-	var buf []byte
+	pw := newPackWriter(w, len(hashes))
 	for _, h := range hashes {
 		o, err := st.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
-		buf = buf[:0]
-		// Type and size: 3 bits of type and 4 of size in the first byte,
-		// then 7 bits of size a byte, low bits first.
-		size := uint64(o.Size())
-		c := byte(o.Type())<<4 | byte(size&0x0f)
-		size >>= 4
-		for size > 0 {
-			buf = append(buf, c|0x80)
-			c = byte(size & 0x7f)
-			size >>= 7
-		}
-		buf = append(buf, c)
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
 		r, err := o.Reader()
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
-		zw := zfast
-		if o.Type() == plumbing.TreeObject {
-			zw = zstore
-		}
-		zw.Reset(bw)
-		_, err = io.Copy(zw, r)
+		_, _, err = pw.add(o.Type(), o.Size(), r)
 		r.Close()
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
-		if err := zw.Close(); err != nil {
-			return err
-		}
 	}
-	if err := bw.Flush(); err != nil {
+	_, err := pw.finish()
+	return err
+}
+
+// packWriter writes a version 2 packfile of whole objects (see writePack),
+// keeping each entry's offset and CRC-32 for an index.
+type packWriter struct {
+	w             io.Writer
+	sum           hash.Hash
+	bw            *bufio.Writer
+	off           int64       // bytes written so far
+	crc           hash.Hash32 // of the entry being written
+	zfast, zstore *zlib.Writer
+	buf           []byte
+	err           error
+}
+
+// newPackWriter starts a packfile of count objects on w.
+func newPackWriter(w io.Writer, count int) *packWriter {
+	p := &packWriter{w: w, sum: sha1.New(), crc: crc32.NewIEEE()}
+	p.bw = bufio.NewWriterSize(io.MultiWriter(w, p.sum), 64<<10)
+	var hdr [12]byte
+	copy(hdr[:], "PACK")
+	binary.BigEndian.PutUint32(hdr[4:], 2)
+	binary.BigEndian.PutUint32(hdr[8:], uint32(count))
+	p.Write(hdr[:])
+	p.zfast, _ = zlib.NewWriterLevel(p, zlib.BestSpeed)
+	p.zstore, _ = zlib.NewWriterLevel(p, zlib.NoCompression)
+	return p
+}
+
+// Write writes to the pack, counting the bytes and summing the entry.
+func (p *packWriter) Write(b []byte) (int, error) {
+	n, err := p.bw.Write(b)
+	p.off += int64(n)
+	p.crc.Write(b[:n])
+	return n, err
+}
+
+// add writes one whole object of type t and size bytes read from r, and
+// returns the entry's offset and CRC-32.
+func (p *packWriter) add(t plumbing.ObjectType, size int64, r io.Reader) (int64, uint32, error) {
+	off := p.off
+	if p.err == nil {
+		p.crc.Reset()
+		p.err = p.write(t, size, r)
+	}
+	return off, p.crc.Sum32(), p.err
+}
+
+// raw copies an entry of another pack, header and deflated data, as is:
+// only a whole object may be copied (a delta's base would be elsewhere).
+func (p *packWriter) raw(entry []byte) (int64, uint32, error) {
+	off := p.off
+	if p.err == nil {
+		p.crc.Reset()
+		_, p.err = p.Write(entry)
+	}
+	return off, p.crc.Sum32(), p.err
+}
+
+func (p *packWriter) write(t plumbing.ObjectType, size int64, r io.Reader) error {
+	// Type and size: 3 bits of type and 4 of size in the first byte, then
+	// 7 bits of size a byte, low bits first.
+	p.buf = p.buf[:0]
+	u := uint64(size)
+	c := byte(t)<<4 | byte(u&0x0f)
+	u >>= 4
+	for u > 0 {
+		p.buf = append(p.buf, c|0x80)
+		c = byte(u & 0x7f)
+		u >>= 7
+	}
+	p.buf = append(p.buf, c)
+	if _, err := p.Write(p.buf); err != nil {
 		return err
 	}
-	_, err := w.Write(sum.Sum(nil))
-	return err
+	zw := p.zfast
+	if t == plumbing.TreeObject {
+		zw = p.zstore
+	}
+	zw.Reset(p)
+	n, err := io.Copy(zw, r)
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("%d bytes, not the %d its header says", n, size)
+	}
+	return zw.Close()
+}
+
+// finish writes the trailing checksum and returns it (the pack's name).
+func (p *packWriter) finish() (plumbing.Hash, error) {
+	if p.err != nil {
+		return plumbing.ZeroHash, p.err
+	}
+	if err := p.bw.Flush(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	var h plumbing.Hash
+	copy(h[:], p.sum.Sum(nil))
+	_, err := p.w.Write(h[:])
+	return h, err
 }

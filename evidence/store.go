@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -87,6 +88,9 @@ type StoreOptions struct {
 	// Timeout bounds one Append or Refresh, retries included;
 	// DefaultTimeout when zero.
 	Timeout time.Duration
+	// Logger receives what the store does in the background (consolidating
+	// the mirror's packs); slog.Default() when nil.
+	Logger *slog.Logger
 }
 
 // Store is an append-only evidence branch on a Git remote. Its methods
@@ -137,6 +141,9 @@ func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	ref := plumbing.NewBranchReferenceName(opts.Branch)
 	if err := ref.Validate(); err != nil || strings.HasPrefix(opts.Branch, "refs/") {
@@ -271,6 +278,7 @@ func (s *Store) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.consolidate()
 	if tip == s.tip {
 		return nil
 	}
@@ -518,8 +526,19 @@ func (s *Store) flush() error {
 		}
 		s.overlay = newOverlay()
 		s.objs.top = s.overlay
+		s.consolidate()
 	}
 	return s.syncMirrorRef()
+}
+
+// consolidate repacks the mirror (see repack). A failure costs only
+// lookups in more packs, so it is logged, not returned: the append or
+// fetch that came before it has succeeded.
+func (s *Store) consolidate() {
+	if err := s.repack(); err != nil {
+		s.opts.Logger.Warn("evidence: consolidating the mirror's packs failed; will retry after the next pack",
+			"mirror", filepath.Join(s.opts.StateDir, mirrorDir), "err", err)
+	}
 }
 
 // syncMirrorRef points the mirror's branch at the tip once the mirror

@@ -111,7 +111,7 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 		URL: absURL(cfg.Evidence.URL), Branch: cfg.Evidence.Branch, CommitSigner: signer,
 		Auth:   evidence.Auth{Token: evAuth.Token, Username: evAuth.Username, Password: evAuth.Password, SSHSigner: evAuth.SSHSigner},
 		Author: "signet reconciler (" + cfg.Cluster + ")", Email: "signet@" + cfg.Cluster,
-		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: 2 * time.Minute,
+		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: 2 * time.Minute, Logger: log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("evidence store: %w", err)

@@ -1,0 +1,269 @@
+package evidence
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+)
+
+// The mirror gains a pack file with every flush and every fetch that
+// brings objects. Left alone, a reconciler that appended 10^5 runs would
+// hold about 12 000 packs: every object lookup that misses walks them all,
+// and go-git keeps a descriptor and an in-memory index for each. The store
+// therefore consolidates the mirror's small packs geometrically, as
+// `git repack --geometric=2` does: after a consolidation every pack holds
+// at least twice the objects of all smaller packs together, so the number
+// of packs grows with the logarithm of the objects written, and an object
+// is rewritten about log2 times over its life.
+//
+// Packs over maxRepackObjects are never rewritten (the first clone of a
+// large branch, or packs consolidated up to that size), so one
+// consolidation costs at most that many objects: about a second here.
+var maxRepackObjects = 1 << 18
+
+// repackFactor is the geometric progression kept between packs.
+const repackFactor = 2
+
+// rollup returns how many of the smallest packs to merge into one, given
+// the packs' object counts in ascending order: the shortest prefix whose
+// merge leaves every larger pack at least repackFactor times the objects
+// of all smaller ones, cut so that the merge stays within maxObjects.
+// Below 2 there is nothing to merge.
+func rollup(counts []int, maxObjects int) int {
+	k, sum := 0, 0
+	for j, c := range counts {
+		if c > maxObjects {
+			break
+		}
+		if c < repackFactor*sum {
+			k = j + 1
+		}
+		sum += c
+	}
+	for sum = 0; k > 0; k-- {
+		sum = 0
+		for _, c := range counts[:k] {
+			sum += c
+		}
+		if sum <= maxObjects {
+			break
+		}
+	}
+	if k < 2 {
+		return 0
+	}
+	return k
+}
+
+// repack consolidates the mirror's small packs (see maxRepackObjects).
+// The merged pack is written and synced before the packs it replaces are
+// removed, so a crash leaves objects twice, never missing.
+func (s *Store) repack() error {
+	if err := s.fast.rescan(); err != nil {
+		return fmt.Errorf("evidence: mirror packs: %w", err)
+	}
+	packs := s.fast.packList()
+	slices.SortStableFunc(packs, func(a, b *mappedPack) int { return a.count() - b.count() })
+	counts := make([]int, len(packs))
+	for i, p := range packs {
+		counts[i] = p.count()
+	}
+	k := rollup(counts, maxRepackObjects)
+	if k < 2 {
+		return nil
+	}
+	if err := s.mergePacks(packs[:k]); err != nil {
+		return fmt.Errorf("evidence: consolidate mirror packs: %w", err)
+	}
+	return nil
+}
+
+// mergePacks writes the objects of packs as one new pack with its index,
+// syncs both, then removes packs. Whole objects are copied as they are
+// stored, their CRC-32 checked against the old index; deltas (what a fetch
+// brings) are resolved, their hash checked, and written whole. The index
+// is written from the offsets and CRCs known here, not by parsing the new
+// pack again.
+func (s *Store) mergePacks(packs []*mappedPack) error {
+	type entry struct {
+		p        *mappedPack
+		off, end int64
+		crc      uint32
+		h        plumbing.Hash
+	}
+	var objs []entry
+	seen := map[plumbing.Hash]bool{}
+	for _, p := range packs {
+		var es []entry
+		it, err := p.idx.Entries()
+		if err != nil {
+			return err
+		}
+		for {
+			e, err := it.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				it.Close()
+				return err
+			}
+			es = append(es, entry{p: p, off: int64(e.Offset), crc: e.CRC32, h: e.Hash})
+		}
+		it.Close()
+		// An entry ends where the next one (by offset) begins.
+		slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.off, b.off) })
+		for i := range es {
+			es[i].end = int64(len(p.data)) - 20
+			if i+1 < len(es) {
+				es[i].end = es[i+1].off
+			}
+			if !seen[es[i].h] {
+				seen[es[i].h] = true
+				objs = append(objs, es[i])
+			}
+		}
+	}
+
+	dir := filepath.Join(s.fast.dir, "pack")
+	tmp, err := os.CreateTemp(dir, "tmp_pack_")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer tmp.Close()
+	pw := newPackWriter(tmp, len(objs))
+	var iw idxfile.Writer
+	iw.OnHeader(uint32(len(objs)))
+	for _, o := range objs {
+		if o.off < 12 || o.end <= o.off || o.end > int64(len(o.p.data))-20 {
+			return fmt.Errorf("pack %s: object %s at offset %d is outside the pack", o.p.name, o.h, o.off)
+		}
+		raw := o.p.data[o.off:o.end]
+		var (
+			off int64
+			crc uint32
+		)
+		switch t := plumbing.ObjectType((raw[0] >> 4) & 7); t {
+		case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+			if crc32.ChecksumIEEE(raw) != o.crc {
+				return fmt.Errorf("pack %s: object %s does not match the CRC-32 of its index", o.p.name, o.h)
+			}
+			off, crc, err = pw.raw(raw)
+		default:
+			var data []byte
+			t, data, err = s.fast.packed(o.p, o.off, 0, 0)
+			if err == nil && objectHash(t, data) != o.h {
+				err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
+			}
+			if err == nil {
+				off, crc, err = pw.add(t, int64(len(data)), bytes.NewReader(data))
+			}
+		}
+		if err != nil {
+			return err
+		}
+		iw.Add(o.h, uint64(off), crc)
+	}
+	name, err := pw.finish()
+	if err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	iw.OnFooter(name)
+	idx, err := iw.Index()
+	if err != nil {
+		return err
+	}
+	base := filepath.Join(dir, "pack-"+name.String())
+	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
+		return err
+	}
+	// The index last: a pack is used once its index is there.
+	if err := writeFileSynced(base+".idx", func(w io.Writer) error {
+		_, err := idxfile.NewEncoder(w).Encode(idx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := syncPath(dir); err != nil {
+		return err
+	}
+
+	// Forget the old packs before removing them: nothing may read a
+	// mapping whose file is gone, and go-git reopens what it needs.
+	names := make([]string, len(packs))
+	for i, p := range packs {
+		names[i] = p.name
+	}
+	s.fast.forget(names)
+	if err := s.st.Close(); err != nil {
+		return err
+	}
+	s.st.Reindex()
+	for _, n := range names {
+		if n == "pack-"+name.String() {
+			continue // the same objects written again: nothing to remove
+		}
+		for _, ext := range []string{".idx", ".pack", ".rev"} {
+			if err := os.Remove(filepath.Join(dir, n+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return s.fast.rescan()
+}
+
+// writeFileSynced writes name through a synced temporary file renamed
+// into place.
+func writeFileSynced(name string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(name), "tmp_idx_")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	bw := bufio.NewWriter(tmp)
+	if err := write(bw); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
+}
+
+// syncPath fsyncs a file or directory.
+func syncPath(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -2,6 +2,8 @@ package evidence
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,6 +226,15 @@ func (s *Store) open(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	return s.refresh(ctx)
+}
+
+// ID identifies the store's evidence branch without naming its remote:
+// the branch name and the first 12 hex digits of the SHA-256 of the
+// remote's URL as shown (credentials removed). It is what a reconciler
+// writes into its node reservations (kube.FleetOptions.Evidence).
+func (s *Store) ID() string {
+	sum := sha256.Sum256([]byte(s.remote.display))
+	return s.opts.Branch + "@" + hex.EncodeToString(sum[:6])
 }
 
 // Close releases StateDir. The store is unusable afterwards.

@@ -37,11 +37,12 @@ func KubeRESTConfig(cfg *Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-// buildKube wires the Kubernetes side of cfg: the Fleet and the enabled
+// buildKube wires the Kubernetes side of cfg: the Fleet (reserving for the
+// evidence branch evidenceID) and the enabled
 // pod and mpijob backends, all in the ceiling's namespace. Every request
 // of their clients is counted in signet_kube_requests_total, registered
 // with reg (when not nil).
-func buildKube(cfg *Config, log *slog.Logger, reg prometheus.Registerer, backends map[specs.Backend]Backend) (backend.Fleet, error) {
+func buildKube(cfg *Config, evidenceID string, log *slog.Logger, reg prometheus.Registerer, backends map[specs.Backend]Backend) (backend.Fleet, error) {
 	rc, err := KubeRESTConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func buildKube(cfg *Config, log *slog.Logger, reg prometheus.Registerer, backend
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	fo := kube.FleetOptions{Cluster: cfg.Cluster, Logger: log}
+	fo := kube.FleetOptions{Cluster: cfg.Cluster, Evidence: evidenceID, Logger: log}
 	if ttl := time.Duration(cfg.Kubernetes.CertifyTTL) * time.Second; ttl > 0 {
 		fo.Certify = &kube.CertifyOptions{TTL: ttl}
 	}

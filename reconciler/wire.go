@@ -143,7 +143,7 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 		backends[specs.BackendLocal] = lb
 	}
 	if cfg.Backends.kubeEnabled() {
-		fleet, err := buildKube(cfg, log, reg, backends)
+		fleet, err := buildKube(cfg, store.ID(), log, reg, backends)
 		if err != nil {
 			store.Close()
 			return nil, nil, err

@@ -52,6 +52,13 @@ type FleetOptions struct {
 	// Cluster is this reconciler's cluster name; a reservation annotation
 	// naming another cluster is never this Fleet's to release or list.
 	Cluster string
+	// Evidence identifies the evidence branch this reconciler records its
+	// runs on (EvidenceID). It is written into every reservation, and a
+	// reservation recorded for another evidence branch is never this
+	// Fleet's to release or list, even under the same cluster name: two
+	// reconcilers that share a cluster name by mistake must not lift each
+	// other's reservations as stale.
+	Evidence string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Certify enables certification labels; nil leaves nodes unlabelled
@@ -76,18 +83,19 @@ type CertifyOptions struct {
 // ReservationTaintKey's taint, spec.unschedulable, the certification
 // labels and CertifiedIdentityAnnotation.
 type Fleet struct {
-	client  kubernetes.Interface
-	cluster string
-	now     func() time.Time
-	certify *CertifyOptions
-	log     *slog.Logger
+	client   kubernetes.Interface
+	cluster  string
+	evidence string
+	now      func() time.Time
+	certify  *CertifyOptions
+	log      *slog.Logger
 }
 
 var _ backend.Fleet = (*Fleet)(nil)
 
 // NewFleet returns a Fleet reaching the cluster through client.
 func NewFleet(client kubernetes.Interface, o FleetOptions) *Fleet {
-	f := &Fleet{client: client, cluster: o.Cluster, now: o.Now, certify: o.Certify, log: o.Logger}
+	f := &Fleet{client: client, cluster: o.Cluster, evidence: o.Evidence, now: o.Now, certify: o.Certify, log: o.Logger}
 	if f.now == nil {
 		f.now = time.Now
 	}
@@ -133,11 +141,12 @@ func apiError(node, what string, err error) *NodeError {
 
 // reservation is ReservationAnnotation's JSON value.
 type reservation struct {
-	Cluster string    `json:"cluster"`
-	Run     string    `json:"run"`
-	UID     string    `json:"uid"`
-	At      time.Time `json:"at"`
-	Prior   prior     `json:"prior"`
+	Cluster  string    `json:"cluster"`
+	Evidence string    `json:"evidence,omitempty"` // FleetOptions.Evidence of the reserving reconciler
+	Run      string    `json:"run"`
+	UID      string    `json:"uid"`
+	At       time.Time `json:"at"`
+	Prior    prior     `json:"prior"`
 }
 
 // prior is what a reservation changed: the node's cordon and its whole
@@ -172,6 +181,9 @@ func holder(n *corev1.Node) string {
 	case err != nil:
 		return fmt.Sprintf("unreadable reservation (%v)", err)
 	case r != nil:
+		if r.Evidence != "" {
+			return fmt.Sprintf("reserved by run %q of cluster %q (evidence %s) since %s", r.Run, r.Cluster, r.Evidence, r.At.UTC().Format(time.RFC3339))
+		}
 		return fmt.Sprintf("reserved by run %q of cluster %q since %s", r.Run, r.Cluster, r.At.UTC().Format(time.RFC3339))
 	}
 	for _, t := range n.Spec.Taints {
@@ -183,7 +195,7 @@ func holder(n *corev1.Node) string {
 }
 
 func (f *Fleet) ours(r *reservation, run string) bool {
-	return r != nil && r.Cluster == f.cluster && r.Run == run
+	return r != nil && r.Cluster == f.cluster && r.Evidence == f.evidence && r.Run == run
 }
 
 // ---- Select ----
@@ -465,7 +477,7 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 			return err
 		}
 		rec := reservation{
-			Cluster: f.cluster, Run: run, UID: string(n.UID), At: f.now().UTC(),
+			Cluster: f.cluster, Evidence: f.evidence, Run: run, UID: string(n.UID), At: f.now().UTC(),
 			Prior: prior{Unschedulable: n.Spec.Unschedulable, Taints: slices.Clone(n.Spec.Taints)},
 		}
 		val, err := json.Marshal(rec)
@@ -565,6 +577,8 @@ func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) erro
 			return notOurs(want.Name, "%v", err)
 		case r == nil:
 			return errNotReserved
+		case r.Cluster == f.cluster && r.Evidence != f.evidence:
+			return notOurs(want.Name, "reserved by run %q of cluster %q for evidence %q, not this reconciler's %q (two reconcilers share the cluster name)", r.Run, r.Cluster, r.Evidence, f.evidence)
 		case !f.ours(r, run):
 			return notOurs(want.Name, "reserved by run %q of cluster %q, not run %q of cluster %q", r.Run, r.Cluster, run, f.cluster)
 		case r.UID != want.UID:
@@ -620,7 +634,7 @@ func restoredTaints(p prior, now []corev1.Taint, run string) []corev1.Taint {
 }
 
 // Reservations implements backend.Fleet: every node whose annotation names
-// this cluster, by node name. A node with an unreadable annotation is
+// this cluster and evidence branch, by node name. A node with an unreadable annotation is
 // logged and left out.
 func (f *Fleet) Reservations(ctx context.Context) ([]backend.Reservation, error) {
 	list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -636,6 +650,11 @@ func (f *Fleet) Reservations(ctx context.Context) ([]backend.Reservation, error)
 			continue
 		}
 		if r == nil || r.Cluster != f.cluster {
+			continue
+		}
+		if r.Evidence != f.evidence {
+			f.log.WarnContext(ctx, "node reserved under this cluster name for another evidence branch: two reconcilers share the cluster name; left alone",
+				"node", n.Name, "run", r.Run, "cluster", r.Cluster, "evidence", r.Evidence, "ours", f.evidence)
 			continue
 		}
 		out = append(out, backend.Reservation{

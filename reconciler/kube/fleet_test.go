@@ -338,7 +338,8 @@ func testFleetReserveRelease(t *testing.T, env *kubetest.Env) {
 	ctx := t.Context()
 	cs := env.Client
 	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	f := NewFleet(cs, FleetOptions{Cluster: testCluster, Now: func() time.Time { return now }})
+	const evidenceID = "evidence@0123456789ab"
+	f := NewFleet(cs, FleetOptions{Cluster: testCluster, Evidence: evidenceID, Now: func() time.Time { return now }})
 	names := []string{"rr-1", "rr-2", "rr-3", "rr-4"}
 	var nodes []backend.Node
 	for _, name := range names {
@@ -376,7 +377,7 @@ func testFleetReserveRelease(t *testing.T, env *kubetest.Env) {
 			}}
 		}
 		assert.Equal(t, map[string]any{
-			"cluster": testCluster, "run": "run-rr", "uid": before[name].UID,
+			"cluster": testCluster, "evidence": evidenceID, "run": "run-rr", "uid": before[name].UID,
 			"at": "2026-03-04T05:06:07Z", "prior": wantPrior,
 		}, r, name)
 	}
@@ -397,6 +398,16 @@ func testFleetReserveRelease(t *testing.T, env *kubetest.Env) {
 	other, err := NewFleet(cs, FleetOptions{Cluster: "other-cluster"}).Reservations(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, other, "another cluster's reconciler lists none of ours")
+	// A reconciler that shares the cluster name by mistake but records
+	// on another evidence branch must not take these reservations for
+	// its own stale ones: it neither lists nor releases them.
+	twin := NewFleet(cs, FleetOptions{Cluster: testCluster, Evidence: "evidence@ba9876543210"})
+	other, err = twin.Reservations(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, other, "a reconciler of another evidence branch must list none of ours, even under our cluster name")
+	err = twin.Release(ctx, "run-rr", nodes[0])
+	assert.ErrorIs(t, err, backend.ErrNotOurs)
+	assert.ErrorContains(t, err, "two reconcilers share the cluster name")
 
 	// Reserving again for the same run is a no-op: nothing is written.
 	require.NoError(t, f.Reserve(ctx, "run-rr", nodes))

@@ -538,3 +538,21 @@ func TestRejectedIsNotARace(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrExists)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// TestStoreID: the ID names the branch, not the remote, is the same for
+// every store of one branch and differs for another branch or remote.
+func TestStoreID(t *testing.T) {
+	signer, _ := testSigner(t)
+	remote := bareRemote(t)
+	a := openStore(t, testOptions(t, remote, signer))
+	b := openStore(t, testOptions(t, remote, signer))
+	opts := testOptions(t, remote, signer)
+	opts.Branch = "evidence-staging"
+	c := openStore(t, opts)
+	d := openStore(t, testOptions(t, bareRemote(t), signer))
+	require.Regexp(t, `^`+DefaultBranch+`@[0-9a-f]{12}$`, a.ID())
+	assert.NotContains(t, a.ID(), remote)
+	assert.Equal(t, a.ID(), b.ID())
+	assert.NotEqual(t, a.ID(), c.ID(), "another branch")
+	assert.NotEqual(t, a.ID(), d.ID(), "another remote")
+}

@@ -20,9 +20,13 @@ import (
 // git packed (deltas by offset and by reference, as gc and repack write
 // them) and left loose, and compares each with `git cat-file`.
 func TestObjectDirReadsWhatGitWrote(t *testing.T) {
-	for _, tc := range []struct{ name, repack string }{
-		{"ofs-delta", "true"},
-		{"ref-delta", "false"},
+	for _, tc := range []struct {
+		name, repack string
+		large        bool // every offset in the index's 64-bit table
+	}{
+		{"ofs-delta", "true", false},
+		{"ref-delta", "false", false},
+		{"64-bit-offsets", "true", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -42,6 +46,20 @@ func TestObjectDirReadsWhatGitWrote(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "loose.json"), []byte("loose\n"), 0o644))
 			gittest.Git(t, dir, "add", "-A")
 			gittest.Git(t, dir, "commit", "-q", "-m", "loose")
+			if tc.large {
+				// Rewrite the index with every offset past the first object in its
+				// 64-bit table
+				// (what a pack over 2 GiB needs).
+				idx := mustGlob(t, filepath.Join(dir, ".git/objects/pack/*.idx"))
+				small, err := os.Stat(idx)
+				require.NoError(t, err)
+				pack := strings.TrimSuffix(idx, ".idx") + ".pack"
+				gittest.Git(t, dir, "index-pack", "--index-version=2,12", "-o", idx+".large", pack)
+				require.NoError(t, os.Rename(idx+".large", idx))
+				large, err := os.Stat(idx)
+				require.NoError(t, err)
+				require.Greater(t, large.Size(), small.Size()+8*100, "the index must use its 64-bit offset table")
+			}
 			if tc.repack == "false" {
 				require.Contains(t, gittest.Git(t, dir, "verify-pack", "-v", mustGlob(t, filepath.Join(dir, ".git/objects/pack/*.idx"))), "chain length")
 			}
@@ -137,4 +155,40 @@ func TestParseCommitHeaderRefusesMalformed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1700000000), c.when.Unix())
 	require.Len(t, c.parents, 1)
+}
+
+// TestParsePackIndexRefusesMalformed: a pack index whose layout is wrong
+// is refused before any lookup reads it.
+func TestParsePackIndexRefusesMalformed(t *testing.T) {
+	dir := t.TempDir()
+	gittest.Git(t, dir, "init", "-q")
+	for i := range 3 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte(fmt.Sprint(i)), 0o644))
+		gittest.Git(t, dir, "add", "-A")
+		gittest.Git(t, dir, "commit", "-q", "-m", fmt.Sprint(i))
+	}
+	gittest.Git(t, dir, "repack", "-a", "-d", "-q")
+	good, err := os.ReadFile(mustGlob(t, filepath.Join(dir, ".git/objects/pack/*.idx")))
+	require.NoError(t, err)
+	x, err := parsePackIndex(good)
+	require.NoError(t, err)
+	require.Equal(t, 9, x.n)
+
+	edit := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for name, b := range map[string][]byte{
+		"empty":            nil,
+		"version 1":        edit(func(b []byte) []byte { b[7] = 1; return b }),
+		"truncated":        good[:len(good)-41],
+		"partial 64-bit":   append(append([]byte(nil), good...), 0, 0, 0, 0),
+		"fanout decreases": edit(func(b []byte) []byte { b[8+4*200+3]++; return b }),
+		"more objects claimed": edit(func(b []byte) []byte {
+			for i := 0; i < 256; i++ {
+				b[8+4*i] = 0x10 // every bucket holds 2^28 objects
+			}
+			return b
+		}),
+	} {
+		_, err := parsePackIndex(b)
+		require.Error(t, err, name)
+	}
 }

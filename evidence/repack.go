@@ -105,23 +105,14 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 	var objs []entry
 	seen := map[plumbing.Hash]bool{}
 	for _, p := range packs {
-		var es []entry
-		it, err := p.idx.Entries()
-		if err != nil {
-			return err
-		}
-		for {
-			e, err := it.Next()
-			if errors.Is(err, io.EOF) {
-				break
+		es := make([]entry, 0, p.count())
+		for i := range p.count() {
+			h, off, crc, ok := p.idx.entry(i)
+			if !ok {
+				return fmt.Errorf("pack %s: object %s has no valid offset", p.name, h)
 			}
-			if err != nil {
-				it.Close()
-				return err
-			}
-			es = append(es, entry{p: p, off: int64(e.Offset), crc: e.CRC32, h: e.Hash})
+			es = append(es, entry{p: p, off: off, crc: crc, h: h})
 		}
-		it.Close()
 		// An entry ends where the next one (by offset) begins.
 		slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.off, b.off) })
 		for i := range es {

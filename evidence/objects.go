@@ -348,6 +348,29 @@ func (d *objectDir) find(h plumbing.Hash, limit int64) (plumbing.ObjectType, []b
 	return d.loose(h, limit)
 }
 
+// has reports whether the directory holds h, without reading it (a pack
+// that arrived since the last scan is mapped first).
+func (d *objectDir) has(h plumbing.Hash) bool {
+	for range 2 {
+		d.mu.Lock()
+		packs := d.packs
+		d.mu.Unlock()
+		for _, p := range packs {
+			if _, ok := p.offset(h); ok {
+				return true
+			}
+		}
+		hex := h.String()
+		if _, err := os.Stat(filepath.Join(d.dir, hex[:2], hex[2:])); err == nil {
+			return true
+		}
+		if d.rescan() != nil {
+			return false
+		}
+	}
+	return false
+}
+
 // loose reads a loose object file.
 func (d *objectDir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
 	hex := h.String()

@@ -68,7 +68,9 @@ func rollup(counts []int, maxObjects int) int {
 
 // repack consolidates the mirror's small packs (see maxRepackObjects).
 // The merged pack is written and synced before the packs it replaces are
-// removed, so a crash leaves objects twice, never missing.
+// removed, so a crash leaves objects twice, never missing. It runs without
+// s.mu until it swaps the packs: only a consolidation (one at a time)
+// unmaps packs, and Close waits for it.
 func (s *Store) repack() error {
 	if err := s.fast.rescan(); err != nil {
 		return fmt.Errorf("evidence: mirror packs: %w", err)
@@ -90,7 +92,8 @@ func (s *Store) repack() error {
 }
 
 // mergePacks writes the objects of packs as one new pack with its index,
-// syncs both, then removes packs. Whole objects are copied as they are
+// syncs both, then (holding s.mu, so that no reader of the store is using
+// them) removes packs. Whole objects are copied as they are
 // stored, their CRC-32 checked against the old index; deltas (what a fetch
 // brings) are resolved, their hash checked, and written whole. The index
 // is written from the offsets and CRCs known here, not by parsing the new
@@ -128,75 +131,49 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 	}
 
 	dir := filepath.Join(s.fast.dir, "pack")
-	tmp, err := os.CreateTemp(dir, "tmp_pack_")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	defer tmp.Close()
-	pw := newPackWriter(tmp, len(objs))
-	var iw idxfile.Writer
-	iw.OnHeader(uint32(len(objs)))
-	for _, o := range objs {
-		if o.off < 12 || o.end <= o.off || o.end > int64(len(o.p.data))-20 {
-			return fmt.Errorf("pack %s: object %s at offset %d is outside the pack", o.p.name, o.h, o.off)
-		}
-		raw := o.p.data[o.off:o.end]
-		var (
-			off int64
-			crc uint32
-		)
-		switch t := plumbing.ObjectType((raw[0] >> 4) & 7); t {
-		case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
-			if crc32.ChecksumIEEE(raw) != o.crc {
-				return fmt.Errorf("pack %s: object %s does not match the CRC-32 of its index", o.p.name, o.h)
+	name, err := writeIndexedPack(dir, len(objs), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
+		for _, o := range objs {
+			if o.off < 12 || o.end <= o.off || o.end > int64(len(o.p.data))-20 {
+				return fmt.Errorf("pack %s: object %s at offset %d is outside the pack", o.p.name, o.h, o.off)
 			}
-			off, crc, err = pw.raw(raw)
-		default:
-			var data []byte
-			t, data, err = s.fast.packed(o.p, o.off, 0, 0)
-			if err == nil && objectHash(t, data) != o.h {
-				err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
+			raw := o.p.data[o.off:o.end]
+			var (
+				off int64
+				crc uint32
+				err error
+			)
+			switch t := plumbing.ObjectType((raw[0] >> 4) & 7); t {
+			case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+				if crc32.ChecksumIEEE(raw) != o.crc {
+					return fmt.Errorf("pack %s: object %s does not match the CRC-32 of its index", o.p.name, o.h)
+				}
+				off, crc, err = pw.raw(raw)
+			default:
+				var data []byte
+				t, data, err = s.fast.packed(o.p, o.off, 0, 0)
+				if err == nil && objectHash(t, data) != o.h {
+					err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
+				}
+				if err == nil {
+					off, crc, err = pw.add(t, int64(len(data)), bytes.NewReader(data))
+				}
 			}
-			if err == nil {
-				off, crc, err = pw.add(t, int64(len(data)), bytes.NewReader(data))
+			if err != nil {
+				return err
 			}
+			add(o.h, uint64(off), crc)
 		}
-		if err != nil {
-			return err
-		}
-		iw.Add(o.h, uint64(off), crc)
-	}
-	name, err := pw.finish()
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	iw.OnFooter(name)
-	idx, err := iw.Index()
-	if err != nil {
-		return err
-	}
-	base := filepath.Join(dir, "pack-"+name.String())
-	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
-		return err
-	}
-	// The index last: a pack is used once its index is there.
-	if err := writeFileSynced(base+".idx", func(w io.Writer) error {
-		_, err := idxfile.NewEncoder(w).Encode(idx)
-		return err
-	}); err != nil {
-		return err
-	}
-	if err := syncPath(dir); err != nil {
 		return err
 	}
 
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil // the next consolidation removes the duplicates
+	}
 	// Forget the old packs before removing them: nothing may read a
 	// mapping whose file is gone, and go-git reopens what it needs.
 	names := make([]string, len(packs))
@@ -219,6 +196,56 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 		}
 	}
 	return s.fast.rescan()
+}
+
+// writeIndexedPack writes a pack of n whole objects, given by fill, into
+// dir with its version 2 index, both synced before they are renamed into
+// place (the index last: a pack is used once its index is there), and
+// returns its name. The index is made from the offsets and CRCs fill
+// reports, not by parsing the pack again.
+func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h plumbing.Hash, off uint64, crc uint32)) error) (plumbing.Hash, error) {
+	tmp, err := os.CreateTemp(dir, "tmp_pack_")
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer tmp.Close()
+	pw := newPackWriter(tmp, n)
+	var iw idxfile.Writer
+	iw.OnHeader(uint32(n))
+	added := 0
+	if err := fill(pw, func(h plumbing.Hash, off uint64, crc uint32) { iw.Add(h, off, crc); added++ }); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if added != n {
+		return plumbing.ZeroHash, fmt.Errorf("pack of %d objects announced %d", added, n)
+	}
+	name, err := pw.finish()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := tmp.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	iw.OnFooter(name)
+	idx, err := iw.Index()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	base := filepath.Join(dir, "pack-"+name.String())
+	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := writeFileSynced(base+".idx", func(w io.Writer) error {
+		_, err := idxfile.NewEncoder(w).Encode(idx)
+		return err
+	}); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return name, syncPath(dir)
 }
 
 // writeFileSynced writes name through a synced temporary file renamed

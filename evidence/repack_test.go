@@ -56,7 +56,10 @@ func mirrorPacks(t *testing.T, s *Store) []string {
 // would be one pack per flush), then has stock git check the mirror and
 // the store read every document back after a restart.
 func TestMirrorPacksStayFew(t *testing.T) {
-	defer func(f, m int) { flushObjects, maxRepackObjects = f, m }(flushObjects, maxRepackObjects)
+	// Restored after the stores close (cleanups run last first), which
+	// waits for their background consolidations.
+	f, m := flushObjects, maxRepackObjects
+	t.Cleanup(func() { flushObjects, maxRepackObjects = f, m })
 	flushObjects, maxRepackObjects = 16, 1<<18
 	signer, _ := testSigner(t)
 	opts := testOptions(t, bareRemote(t), signer)
@@ -66,11 +69,13 @@ func TestMirrorPacksStayFew(t *testing.T) {
 	for i := range runs {
 		_, err := s.Append(context.Background(), "", runFiles("c", fmt.Sprintf("run-%03d", i), 2, 64))
 		require.NoError(t, err)
+		s.repacking.Wait() // consolidation runs in the background
 		n := len(mirrorPacks(t, s))
 		most = max(most, n)
 	}
 	mirror := filepath.Join(opts.StateDir, mirrorDir)
 	require.NoError(t, s.flush())
+	s.repacking.Wait()
 	for _, line := range strings.Split(gittest.Git(t, mirror, "count-objects", "-v"), "\n") {
 		if n, ok := strings.CutPrefix(line, "in-pack: "); ok {
 			objects, _ = strconv.Atoi(n)
@@ -113,6 +118,7 @@ func TestMergePacksResolvesDeltas(t *testing.T) {
 	_, err := s.Append(context.Background(), "", runFiles("c", "own", 3, 2048))
 	require.NoError(t, err)
 	require.NoError(t, s.flush())
+	s.repacking.Wait()
 	mirror := filepath.Join(opts.StateDir, mirrorDir)
 	all := func() []string {
 		out := gittest.Git(t, mirror, "cat-file", "--batch-all-objects", "--batch-check")
@@ -151,7 +157,8 @@ func TestMergePacksResolvesDeltas(t *testing.T) {
 // in a mirror pack: the merge fails naming the object, and every pack is
 // left as it was (nothing removed, no new pack, no temporary file).
 func TestMergePacksRefusesCorruptEntry(t *testing.T) {
-	defer func(f int) { flushObjects = f }(flushObjects)
+	saved := flushObjects
+	t.Cleanup(func() { flushObjects = saved })
 	flushObjects = 1 << 30 // flush only when asked
 	signer, _ := testSigner(t)
 	opts := testOptions(t, bareRemote(t), signer)
@@ -160,11 +167,13 @@ func TestMergePacksRefusesCorruptEntry(t *testing.T) {
 		_, err := s.Append(context.Background(), "", runFiles("c", fmt.Sprintf("run-%d", i), 2, 512))
 		require.NoError(t, err)
 		require.NoError(t, s.flush())
+		s.repacking.Wait()
 	}
 	// The second flush may have merged the two packs: write one more.
 	_, err := s.Append(context.Background(), "", runFiles("c", "run-x", 2, 512))
 	require.NoError(t, err)
 	require.NoError(t, s.flush())
+	s.repacking.Wait()
 	packs := s.fast.packList()
 	require.GreaterOrEqual(t, len(packs), 2)
 	victim := packs[0]

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,6 +113,11 @@ type Store struct {
 	overlay *memory.ObjectStorage
 	objs    layered
 	fast    *objectDir // the mirror's objects, read directly
+
+	// Consolidation of the mirror's packs runs in the background, one at a
+	// time (repackBusy); Close waits for it.
+	repacking  sync.WaitGroup
+	repackBusy atomic.Bool
 
 	mu     sync.Mutex
 	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
@@ -240,14 +246,22 @@ func (s *Store) ID() string {
 // Close releases StateDir. The store is unusable afterwards.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
 	var errs []error
 	if s.st != nil {
-		errs = append(errs, s.flush(), s.st.Close())
+		errs = append(errs, s.flush())
+	}
+	s.mu.Unlock()
+	// A consolidation reads the mapped packs until it is done.
+	s.repacking.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != nil {
+		errs = append(errs, s.st.Close())
 	}
 	if s.fast != nil {
 		s.fast.close()
@@ -524,17 +538,30 @@ func (s *Store) flush() error {
 		for h := range s.overlay.Objects {
 			hashes = append(hashes, h)
 		}
-		w, err := s.st.PackfileWriter()
+		_, err := writeIndexedPack(filepath.Join(s.fast.dir, "pack"), len(hashes), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
+			for _, h := range hashes {
+				o, err := s.overlay.EncodedObject(plumbing.AnyObject, h)
+				if err != nil {
+					return fmt.Errorf("object %s: %w", h, err)
+				}
+				r, err := o.Reader()
+				if err != nil {
+					return fmt.Errorf("object %s: %w", h, err)
+				}
+				off, crc, err := pw.add(o.Type(), o.Size(), r)
+				r.Close()
+				if err != nil {
+					return fmt.Errorf("object %s: %w", h, err)
+				}
+				add(h, uint64(off), crc)
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("evidence: write mirror pack: %w", err)
 		}
-		if err := writePack(w, s.overlay, hashes); err != nil {
-			w.Close()
-			return fmt.Errorf("evidence: write mirror pack: %w", err)
-		}
-		if err := w.Close(); err != nil {
-			return fmt.Errorf("evidence: write mirror pack: %w", err)
-		}
+		// go-git finds the new pack when it next needs its indexes.
+		s.st.Reindex()
 		s.overlay = newOverlay()
 		s.objs.top = s.overlay
 		s.consolidate()
@@ -542,26 +569,44 @@ func (s *Store) flush() error {
 	return s.syncMirrorRef()
 }
 
-// consolidate repacks the mirror (see repack). A failure costs only
-// lookups in more packs, so it is logged, not returned: the append or
-// fetch that came before it has succeeded.
+// consolidate starts a consolidation of the mirror's packs (see repack)
+// in the background, unless one is running or the store is closing: an
+// append does not wait for it. A failure costs only lookups in more
+// packs, so it is logged: the append or fetch before it has succeeded.
+// The caller holds s.mu.
 func (s *Store) consolidate() {
-	if err := s.repack(); err != nil {
-		s.opts.Logger.Warn("evidence: consolidating the mirror's packs failed; will retry after the next pack",
-			"mirror", filepath.Join(s.opts.StateDir, mirrorDir), "err", err)
+	if s.closed || !s.repackBusy.CompareAndSwap(false, true) {
+		return
 	}
+	s.repacking.Go(func() {
+		defer s.repackBusy.Store(false)
+		if err := s.repack(); err != nil {
+			s.opts.Logger.Warn("evidence: consolidating the mirror's packs failed; will retry after the next pack",
+				"mirror", filepath.Join(s.opts.StateDir, mirrorDir), "err", err)
+		}
+	})
 }
 
 // syncMirrorRef points the mirror's branch at the tip once the mirror
 // holds it.
 func (s *Store) syncMirrorRef() error {
-	if s.tip.IsZero() || s.st.HasEncodedObject(s.tip) != nil {
+	if s.tip.IsZero() || !s.onDisk(s.tip) {
 		return nil
 	}
 	if err := s.st.SetReference(plumbing.NewHashReference(s.ref, s.tip)); err != nil {
 		return fmt.Errorf("evidence: mirror ref: %w", err)
 	}
 	return nil
+}
+
+// onDisk reports whether the mirror's files hold h. objectDir answers for
+// packs and loose files alike; go-git only when there is none, since a
+// miss there loads every pack index into memory after a consolidation.
+func (s *Store) onDisk(h plumbing.Hash) bool {
+	if s.fast != nil {
+		return s.fast.has(h)
+	}
+	return s.st.HasEncodedObject(h) == nil
 }
 
 func newOverlay() *memory.ObjectStorage {
@@ -608,6 +653,14 @@ func (l layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing
 func (l layered) HasEncodedObject(h plumbing.Hash) error {
 	if l.top.HasEncodedObject(h) == nil {
 		return nil
+	}
+	if l.fast != nil {
+		// objectDir answers for the mirror's packs and loose files; go-git
+		// would load every pack index into memory to say no.
+		if l.fast.has(h) {
+			return nil
+		}
+		return plumbing.ErrObjectNotFound
 	}
 	return l.EncodedObjectStorer.HasEncodedObject(h)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
@@ -39,7 +40,7 @@ const repackFactor = 2
 // the packs' object counts in ascending order: the shortest prefix whose
 // merge leaves every larger pack at least repackFactor times the objects
 // of all smaller ones, cut so that the merge stays within maxObjects.
-// Below 2 there is nothing to merge.
+// It is 0 when there is nothing to merge.
 func rollup(counts []int, maxObjects int) int {
 	k, sum := 0, 0
 	for j, c := range counts {
@@ -51,12 +52,12 @@ func rollup(counts []int, maxObjects int) int {
 		}
 		sum += c
 	}
-	for sum = 0; k > 0; k-- {
-		sum = 0
+	for ; k > 0; k-- { // the longest prefix within maxObjects
+		total := 0
 		for _, c := range counts[:k] {
-			sum += c
+			total += c
 		}
-		if sum <= maxObjects {
+		if total <= maxObjects {
 			break
 		}
 	}
@@ -204,7 +205,7 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 // returns its name. The index is made from the offsets and CRCs fill
 // reports, not by parsing the pack again.
 func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h plumbing.Hash, off uint64, crc uint32)) error) (plumbing.Hash, error) {
-	tmp, err := os.CreateTemp(dir, "tmp_pack_")
+	tmp, err := os.CreateTemp(dir, tempPrefixes[0])
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -248,10 +249,35 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 	return name, syncPath(dir)
 }
 
+// tempPrefixes name the temporary files writeIndexedPack and
+// writeFileSynced leave behind when interrupted.
+var tempPrefixes = []string{"tmp_pack_", "tmp_idx_"}
+
+// removeTempPacks removes what an interrupted pack write left in dir.
+func removeTempPacks(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		for _, p := range tempPrefixes {
+			if strings.HasPrefix(e.Name(), p) && e.Type().IsRegular() {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // writeFileSynced writes name through a synced temporary file renamed
 // into place.
 func writeFileSynced(name string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), "tmp_idx_")
+	tmp, err := os.CreateTemp(filepath.Dir(name), tempPrefixes[1])
 	if err != nil {
 		return err
 	}

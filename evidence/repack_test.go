@@ -198,3 +198,30 @@ func TestMergePacksRefusesCorruptEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "a failed merge must leave the packs as they were")
 }
+
+// TestOpenRemovesInterruptedPackWrites: temporary files a crash left in
+// the mirror's pack directory are removed at the next open; packs stay.
+func TestOpenRemovesInterruptedPackWrites(t *testing.T) {
+	signer, _ := testSigner(t)
+	opts := testOptions(t, bareRemote(t), signer)
+	s := openStore(t, opts)
+	_, err := s.Append(context.Background(), "", runFiles("c", "run-1", 2, 64))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	dir := filepath.Join(opts.StateDir, mirrorDir, "objects", "pack")
+	packs := mirrorPacks(t, s)
+	require.NotEmpty(t, packs)
+	for _, name := range []string{"tmp_pack_123", "tmp_idx_456"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("torn"), 0o600))
+	}
+	s = openStore(t, opts)
+	for _, name := range []string{"tmp_pack_123", "tmp_idx_456"} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		require.ErrorIs(t, err, os.ErrNotExist, "a leftover temporary file must be removed at open")
+	}
+	s.repacking.Wait()
+	require.Equal(t, packs, mirrorPacks(t, s), "the packs themselves stay")
+	b, err := s.Read(context.Background(), runFiles("c", "run-1", 2, 64)[1].Path)
+	require.NoError(t, err)
+	require.Equal(t, runFiles("c", "run-1", 2, 64)[1].Data, b)
+}

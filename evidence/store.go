@@ -202,6 +202,11 @@ func (s *Store) open(ctx context.Context) error {
 			return fmt.Errorf("evidence: init mirror %s: %w", dir, err)
 		}
 	}
+	// A crash while a pack was written leaves its temporary files: no
+	// other process writes here (StateDir is locked).
+	if err := removeTempPacks(filepath.Join(dir, "objects", "pack")); err != nil {
+		return fmt.Errorf("evidence: mirror %s: %w", dir, err)
+	}
 	// Base trees are read through mapped packs (objectDir): go-git's
 	// pack reader seeks and reads per object, which was the part of an
 	// append that grew with the branch.

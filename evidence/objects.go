@@ -337,31 +337,39 @@ func (d *objectDir) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) 
 }
 
 func (d *objectDir) find(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	if p, off, ok := d.locate(h); ok {
+		return d.packed(p, off, limit, 0)
+	}
+	return d.loose(h, limit)
+}
+
+// locate finds h in the packs mapped now.
+func (d *objectDir) locate(h plumbing.Hash) (*mappedPack, int64, bool) {
 	d.mu.Lock()
 	packs := d.packs
 	d.mu.Unlock()
 	for _, p := range packs {
 		if off, ok := p.offset(h); ok {
-			return d.packed(p, off, limit, 0)
+			return p, off, true
 		}
 	}
-	return d.loose(h, limit)
+	return nil, 0, false
+}
+
+// loosePath is where h would be stored as a loose object.
+func (d *objectDir) loosePath(h plumbing.Hash) string {
+	hex := h.String()
+	return filepath.Join(d.dir, hex[:2], hex[2:])
 }
 
 // has reports whether the directory holds h, without reading it (a pack
 // that arrived since the last scan is mapped first).
 func (d *objectDir) has(h plumbing.Hash) bool {
 	for range 2 {
-		d.mu.Lock()
-		packs := d.packs
-		d.mu.Unlock()
-		for _, p := range packs {
-			if _, ok := p.offset(h); ok {
-				return true
-			}
+		if _, _, ok := d.locate(h); ok {
+			return true
 		}
-		hex := h.String()
-		if _, err := os.Stat(filepath.Join(d.dir, hex[:2], hex[2:])); err == nil {
+		if _, err := os.Stat(d.loosePath(h)); err == nil {
 			return true
 		}
 		if d.rescan() != nil {
@@ -373,8 +381,7 @@ func (d *objectDir) has(h plumbing.Hash) bool {
 
 // loose reads a loose object file.
 func (d *objectDir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
-	hex := h.String()
-	raw, err := os.ReadFile(filepath.Join(d.dir, hex[:2], hex[2:]))
+	raw, err := os.ReadFile(d.loosePath(h))
 	if errors.Is(err, fs.ErrNotExist) {
 		return plumbing.InvalidObject, nil, fmt.Errorf("%w: %s", plumbing.ErrObjectNotFound, h)
 	}

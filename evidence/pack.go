@@ -27,6 +27,16 @@ import (
 // the one part of an append whose cost grew with the branch.
 func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Hash) error {
 	pw := newPackWriter(w, len(hashes))
+	if err := pw.addObjects(st, hashes, func(plumbing.Hash, uint64, uint32) {}); err != nil {
+		return err
+	}
+	_, err := pw.finish()
+	return err
+}
+
+// addObjects adds the objects hashes of st and reports each one's offset
+// and CRC-32 to added.
+func (p *packWriter) addObjects(st storer.EncodedObjectStorer, hashes []plumbing.Hash, added func(h plumbing.Hash, off uint64, crc uint32)) error {
 	for _, h := range hashes {
 		o, err := st.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
@@ -36,14 +46,14 @@ func writePack(w io.Writer, st storer.EncodedObjectStorer, hashes []plumbing.Has
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
-		_, _, err = pw.add(o.Type(), o.Size(), r)
+		off, crc, err := p.add(o.Type(), o.Size(), r)
 		r.Close()
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
+		added(h, uint64(off), crc)
 	}
-	_, err := pw.finish()
-	return err
+	return nil
 }
 
 // packWriter writes a version 2 packfile of whole objects (see writePack),

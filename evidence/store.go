@@ -544,23 +544,7 @@ func (s *Store) flush() error {
 			hashes = append(hashes, h)
 		}
 		_, err := writeIndexedPack(filepath.Join(s.fast.dir, "pack"), len(hashes), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
-			for _, h := range hashes {
-				o, err := s.overlay.EncodedObject(plumbing.AnyObject, h)
-				if err != nil {
-					return fmt.Errorf("object %s: %w", h, err)
-				}
-				r, err := o.Reader()
-				if err != nil {
-					return fmt.Errorf("object %s: %w", h, err)
-				}
-				off, crc, err := pw.add(o.Type(), o.Size(), r)
-				r.Close()
-				if err != nil {
-					return fmt.Errorf("object %s: %w", h, err)
-				}
-				add(h, uint64(off), crc)
-			}
-			return nil
+			return pw.addObjects(s.overlay, hashes, add)
 		})
 		if err != nil {
 			return fmt.Errorf("evidence: write mirror pack: %w", err)
@@ -595,23 +579,13 @@ func (s *Store) consolidate() {
 // syncMirrorRef points the mirror's branch at the tip once the mirror
 // holds it.
 func (s *Store) syncMirrorRef() error {
-	if s.tip.IsZero() || !s.onDisk(s.tip) {
+	if s.tip.IsZero() || s.objs.onDisk(s.tip) != nil {
 		return nil
 	}
 	if err := s.st.SetReference(plumbing.NewHashReference(s.ref, s.tip)); err != nil {
 		return fmt.Errorf("evidence: mirror ref: %w", err)
 	}
 	return nil
-}
-
-// onDisk reports whether the mirror's files hold h. objectDir answers for
-// packs and loose files alike; go-git only when there is none, since a
-// miss there loads every pack index into memory after a consolidation.
-func (s *Store) onDisk(h plumbing.Hash) bool {
-	if s.fast != nil {
-		return s.fast.has(h)
-	}
-	return s.st.HasEncodedObject(h) == nil
 }
 
 func newOverlay() *memory.ObjectStorage {
@@ -659,9 +633,15 @@ func (l layered) HasEncodedObject(h plumbing.Hash) error {
 	if l.top.HasEncodedObject(h) == nil {
 		return nil
 	}
+	return l.onDisk(h)
+}
+
+// onDisk reports whether the mirror's files (not the overlay) hold h.
+// objectDir answers for packs and loose files alike; go-git only when
+// there is none, since a miss there loads every pack index into memory
+// after a consolidation.
+func (l layered) onDisk(h plumbing.Hash) error {
 	if l.fast != nil {
-		// objectDir answers for the mirror's packs and loose files; go-git
-		// would load every pack index into memory to say no.
 		if l.fast.has(h) {
 			return nil
 		}

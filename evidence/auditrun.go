@@ -1,11 +1,8 @@
 package evidence
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"regexp"
 	"slices"
@@ -153,14 +150,8 @@ func (r *runAudit) decode(rel string, f *fileRec, want string, v any) bool {
 		r.add(RulePredicate, rel, fmt.Sprintf("predicate type %q, but %s holds %q", st.PredicateType, path.Base(rel), want))
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(st.Predicate))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := signing.StrictUnmarshal(st.Predicate, v); err != nil {
 		r.add(RulePredicate, rel, fmt.Sprintf("predicate does not decode as %s: %v", want, err))
-		return false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		r.add(RulePredicate, rel, "data after the predicate")
 		return false
 	}
 	return true
@@ -421,9 +412,7 @@ func (r *runAudit) checkAdmission() {
 		}
 		var snap NodeSnapshot
 		srel, _ := r.rel(p.Snapshot.Path)
-		dec := json.NewDecoder(bytes.NewReader(f.data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&snap); err != nil {
+		if err := signing.StrictUnmarshal(f.data, &snap); err != nil {
 			r.add(RuleLayout, srel, "node snapshot does not decode: "+err.Error())
 			continue
 		}
@@ -901,9 +890,7 @@ func (a *auditor) checkChains() {
 			continue
 		}
 		var l ChainLink
-		dec := json.NewDecoder(bytes.NewReader(f.data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
+		if err := signing.StrictUnmarshal(f.data, &l); err != nil {
 			fail("link does not decode: " + err.Error())
 			continue
 		}

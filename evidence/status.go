@@ -2,7 +2,6 @@ package evidence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
 	"sort"
@@ -186,7 +185,7 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 					if st.PredicateType != predicate {
 						err = fmt.Errorf("predicate type %q", st.PredicateType)
 					} else {
-						err = json.Unmarshal(st.Predicate, v)
+						err = signing.StrictUnmarshal(st.Predicate, v)
 					}
 				}
 			}

@@ -1,9 +1,7 @@
 package evidence
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -202,9 +200,7 @@ func (a *auditor) verifyChainLinks(r *runAudit, root plumbing.Hash) {
 			return nil, p
 		}
 		var l ChainLink
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
+		if err := signing.StrictUnmarshal(b, &l); err != nil {
 			fail(p, "link does not decode: "+err.Error())
 			return nil, p
 		}

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -11,6 +10,7 @@ import (
 	"sync"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/signing"
 )
 
 // chainCache remembers the head of this cluster's receipt chain.
@@ -80,7 +80,7 @@ func (r *Reconciler) chainHead(ctx context.Context) (chainHeadInfo, error) {
 		return chainHeadInfo{}, err
 	}
 	var link evidence.ChainLink
-	if err := json.Unmarshal(b, &link); err != nil {
+	if err := signing.StrictUnmarshal(b, &link); err != nil {
 		return chainHeadInfo{}, fmt.Errorf("%s: %w", evidence.ChainPath(r.cfg.Cluster, seq), err)
 	}
 	ref := link.Receipt

@@ -623,7 +623,7 @@ func (r *Reconciler) readOwn(b []byte, predicateType string, v any) error {
 	if st.PredicateType != predicateType {
 		return fmt.Errorf("predicate type %q, want %q", st.PredicateType, predicateType)
 	}
-	return json.Unmarshal(st.Predicate, v)
+	return signing.StrictUnmarshal(st.Predicate, v)
 }
 
 func newNonce() (string, error) {

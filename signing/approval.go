@@ -154,7 +154,7 @@ func ParseApproval(path string, b []byte) (*Approval, error) {
 		return nil, fmt.Errorf("%s: statement: predicateType %q is not %q", path, st.PredicateType, ApprovalPredicateType)
 	}
 	a := &Approval{Path: path, Raw: b, Envelope: env, Statement: st, subjects: map[string]specs.Digest{}}
-	if err := strictJSON(st.Predicate, &a.Predicate); err != nil {
+	if err := StrictUnmarshal(st.Predicate, &a.Predicate); err != nil {
 		return nil, fmt.Errorf("%s: predicate: %w", path, err)
 	}
 	if err := a.Predicate.check(); err != nil {

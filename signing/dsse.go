@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sort"
 	"strconv"
-	"unicode/utf8"
 
 	"signet.dev/signet/specs"
 )
@@ -188,7 +185,7 @@ func ParseEnvelope(b []byte) (*Envelope, error) {
 		return nil, fmt.Errorf("envelope: %d bytes is more than the limit of %d", len(b), MaxEnvelopeSize)
 	}
 	var env Envelope
-	if err := strictJSON(b, &env); err != nil {
+	if err := StrictUnmarshal(b, &env); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
 	if env.PayloadType == "" {
@@ -245,7 +242,7 @@ func (e *Envelope) Statement() (*Statement, error) {
 
 func parseStatement(p []byte) (*Statement, error) {
 	var st Statement
-	if err := strictJSON(p, &st); err != nil {
+	if err := StrictUnmarshal(p, &st); err != nil {
 		return nil, fmt.Errorf("statement: %w", err)
 	}
 	if st.Type != StatementType {
@@ -302,106 +299,6 @@ func (e *Envelope) VerifiedKeyIDs(keys ...*PublicKey) []string {
 // hints reports whether s may have been made by k, judging by its keyid.
 func (s Signature) hints(k *PublicKey) bool {
 	return s.KeyID == "" || s.KeyID == k.dsseID || s.KeyID == k.id
-}
-
-// strictJSON decodes exactly one JSON value from b into v, refusing unknown
-// fields, duplicate object keys at any depth and trailing data.
-func strictJSON(b []byte, v any) error {
-	if err := checkDuplicateKeys(b); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
-
-// checkDuplicateKeys refuses an object with the same key twice
-// (encoding/json would silently keep the last one). It scans the bytes
-// once, without tokenizing values: strictJSON decodes b afterwards, which
-// refuses anything that is not JSON, so this only has to be exact on
-// valid JSON and safe on anything else. Keys are compared after
-// unescaping ("a" and "\u0061" are the same key).
-func checkDuplicateKeys(b []byte) error {
-	type frame struct {
-		obj    bool
-		expect bool                // the next string is a key
-		keys   [][]byte            // unescaped keys (aliasing b when not escaped)
-		set    map[string]struct{} // once keys grows past smallObject
-	}
-	const smallObject = 16
-	var stack []frame
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '{', '[':
-			if len(stack) >= 64 {
-				return errors.New("JSON nested deeper than 64 levels")
-			}
-			stack = append(stack, frame{obj: b[i] == '{', expect: b[i] == '{'})
-		case '}', ']':
-			if len(stack) > 0 {
-				stack = stack[:len(stack)-1]
-			}
-		case ',':
-			if n := len(stack); n > 0 && stack[n-1].obj {
-				stack[n-1].expect = true
-			}
-		case '"':
-			j, escaped := i+1, false
-			for ; j < len(b) && b[j] != '"'; j++ {
-				if b[j] == '\\' {
-					escaped = true
-					j++
-				}
-			}
-			if j >= len(b) {
-				return nil // not JSON: the decoder says where
-			}
-			n := len(stack)
-			if n == 0 || !stack[n-1].obj || !stack[n-1].expect {
-				i = j
-				continue
-			}
-			top := &stack[n-1]
-			top.expect = false
-			key := b[i+1 : j]
-			// The decoder unescapes keys and turns each invalid UTF-8 byte
-			// into U+FFFD, so "\x9a" and "\x9b" are the same key to it:
-			// compare what it would see.
-			if escaped || !utf8.Valid(key) {
-				var k string
-				if err := json.Unmarshal(b[i:j+1], &k); err != nil {
-					return err
-				}
-				key = []byte(k)
-			}
-			i = j
-			if top.set != nil {
-				if _, dup := top.set[string(key)]; dup {
-					return fmt.Errorf("duplicate field %q", key)
-				}
-				top.set[string(key)] = struct{}{}
-				continue
-			}
-			if slices.ContainsFunc(top.keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
-				return fmt.Errorf("duplicate field %q", key)
-			}
-			top.keys = append(top.keys, key)
-			if len(top.keys) > smallObject {
-				top.set = make(map[string]struct{}, 2*len(top.keys))
-				for _, k := range top.keys {
-					top.set[string(k)] = struct{}{}
-				}
-				top.keys = nil
-			}
-		}
-	}
-	return nil
 }
 
 func decodeSig(s string) ([]byte, error) { return base64.StdEncoding.Strict().DecodeString(s) }

@@ -1,0 +1,66 @@
+package signing
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// strict are the options every signed byte is read with.
+var strict = jsonv2.JoinOptions(
+	jsonv2.RejectUnknownMembers(true),
+	jsontext.AllowDuplicateNames(false),
+	jsontext.AllowInvalidUTF8(false),
+)
+
+// StrictUnmarshal decodes exactly one JSON value from b into v the way
+// signet reads everything that is signed or bound by digest, so that a
+// document means one thing to every reader. It refuses:
+//
+//   - a member name no field of v has, matched case-sensitively
+//     ("Payload" is not "payload": encoding/json would take either, and
+//     keep whichever came last);
+//   - the same member name twice in one object at any depth, compared
+//     after unescaping ("a" and "\u0061" are one name), raw values such
+//     as a statement's predicate included;
+//   - invalid UTF-8 anywhere, unpaired surrogate escapes included
+//     (encoding/json turns both into U+FFFD, making different bytes read
+//     the same);
+//   - anything after the value but white space.
+//
+// It is encoding/json/v2 (github.com/go-json-experiment/json, the module
+// it was developed in) with those options set explicitly.
+func StrictUnmarshal(b []byte, v any) error {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b), strict)
+	if err := jsonv2.UnmarshalDecode(dec, v, strict); err != nil {
+		return strictError(err)
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// strictError words the refusals StrictUnmarshal exists for the way the
+// rest of signet does, naming the member and the object it is in.
+func strictError(err error) error {
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) && errors.Is(err, jsontext.ErrDuplicateName) {
+		if in := se.JSONPointer.Parent(); in != "" {
+			return fmt.Errorf("duplicate field %q in %s", se.JSONPointer.LastToken(), in)
+		}
+		return fmt.Errorf("duplicate field %q", se.JSONPointer.LastToken())
+	}
+	var me *jsonv2.SemanticError
+	if errors.As(err, &me) && errors.Is(err, jsonv2.ErrUnknownName) {
+		if in := me.JSONPointer.Parent(); in != "" {
+			return fmt.Errorf("unknown field %q in %s", me.JSONPointer.LastToken(), in)
+		}
+		return fmt.Errorf("unknown field %q", me.JSONPointer.LastToken())
+	}
+	return err
+}

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -78,9 +79,34 @@ func newPackWriter(w io.Writer, count int) *packWriter {
 	binary.BigEndian.PutUint32(hdr[4:], 2)
 	binary.BigEndian.PutUint32(hdr[8:], uint32(count))
 	p.Write(hdr[:])
-	p.zfast, _ = zlib.NewWriterLevel(p, zlib.BestSpeed)
-	p.zstore, _ = zlib.NewWriterLevel(p, zlib.NoCompression)
+	p.zfast = fastWriters.Get().(*zlib.Writer)
+	p.zstore = storeWriters.Get().(*zlib.Writer)
 	return p
+}
+
+// Each zlib writer allocates its compressor (about 1 MiB at best speed)
+// on first use and keeps it across Reset: they are pooled so that an
+// append's pack does not allocate two.
+var (
+	fastWriters = sync.Pool{New: func() any {
+		w, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed)
+		return w
+	}}
+	storeWriters = sync.Pool{New: func() any {
+		w, _ := zlib.NewWriterLevel(io.Discard, zlib.NoCompression)
+		return w
+	}}
+)
+
+// release returns the pooled writers; p writes nothing after it.
+func (p *packWriter) release() {
+	if p.zfast != nil {
+		p.zfast.Reset(io.Discard)
+		p.zstore.Reset(io.Discard)
+		fastWriters.Put(p.zfast)
+		storeWriters.Put(p.zstore)
+		p.zfast, p.zstore = nil, nil
+	}
 }
 
 // Write writes to the pack, counting the bytes and summing the entry.
@@ -146,6 +172,7 @@ func (p *packWriter) write(t plumbing.ObjectType, size int64, r io.Reader) error
 
 // finish writes the trailing checksum and returns it (the pack's name).
 func (p *packWriter) finish() (plumbing.Hash, error) {
+	p.release()
 	if p.err != nil {
 		return plumbing.ZeroHash, p.err
 	}

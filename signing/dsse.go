@@ -49,6 +49,11 @@ type Envelope struct {
 	PayloadType string      `json:"payloadType"`
 	Payload     string      `json:"payload"`
 	Signatures  []Signature `json:"signatures"`
+
+	// decoded is Payload decoded by ParseEnvelope, used while Payload is
+	// still decodedFrom (a caller may change the exported fields).
+	decoded     []byte
+	decodedFrom string
 }
 
 // Signature is one DSSE signature; Sig is standard base64. KeyID is a hint
@@ -194,9 +199,11 @@ func ParseEnvelope(b []byte) (*Envelope, error) {
 	if env.Payload == "" {
 		return nil, errors.New("envelope: payload is empty")
 	}
-	if _, err := base64.StdEncoding.Strict().DecodeString(env.Payload); err != nil {
+	decoded, err := base64.StdEncoding.Strict().DecodeString(env.Payload)
+	if err != nil {
 		return nil, fmt.Errorf("envelope: payload is not standard base64: %w", err)
 	}
+	env.decoded, env.decodedFrom = decoded, env.Payload
 	if len(env.Signatures) == 0 {
 		return nil, errors.New("envelope: no signature")
 	}
@@ -215,8 +222,21 @@ func ParseEnvelope(b []byte) (*Envelope, error) {
 	return &env, nil
 }
 
-// PayloadBytes returns the decoded payload.
+// PayloadBytes returns the decoded payload, a copy the caller may keep.
 func (e *Envelope) PayloadBytes() ([]byte, error) {
+	p, err := e.payload()
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(p), nil
+}
+
+// payload returns the decoded payload, decoding it once per Payload
+// value. The result is shared: callers must not change it.
+func (e *Envelope) payload() ([]byte, error) {
+	if e.decoded != nil && e.decodedFrom == e.Payload {
+		return e.decoded, nil
+	}
 	p, err := base64.StdEncoding.Strict().DecodeString(e.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: payload is not standard base64: %w", err)
@@ -233,7 +253,7 @@ func (e *Envelope) Statement() (*Statement, error) {
 	if e.PayloadType != PayloadType {
 		return nil, fmt.Errorf("envelope: payloadType %q is not %q", e.PayloadType, PayloadType)
 	}
-	p, err := e.PayloadBytes()
+	p, err := e.payload()
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +288,7 @@ func parseStatement(p []byte) (*Statement, error) {
 // whose keyid is set and names neither the key's id nor its DSSEKeyID is not
 // tried against that key. The result is empty when nothing verifies.
 func (e *Envelope) VerifiedKeyIDs(keys ...*PublicKey) []string {
-	payload, err := e.PayloadBytes()
+	payload, err := e.payload()
 	if err != nil {
 		return nil
 	}

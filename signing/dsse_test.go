@@ -42,6 +42,30 @@ func TestSignAndVerify(t *testing.T) {
 	assert.ErrorContains(t, err, "given twice")
 }
 
+// The payload ParseEnvelope decoded is used only while Payload is what it
+// decoded: an envelope changed after parsing is verified and read as it
+// now is, and a caller changing PayloadBytes' result changes nothing.
+func TestEnvelopeChangedAfterParse(t *testing.T) {
+	a := testKey(t, "a", AlgorithmECDSAP256)
+	st, err := NewStatement("https://example.com/p/v1", []Subject{SubjectFor("x", digestOf("x"))}, map[string]string{"k": "v"})
+	require.NoError(t, err)
+	raw, err := SignStatement(st, a)
+	require.NoError(t, err)
+	env, err := ParseEnvelope(raw)
+	require.NoError(t, err)
+	p, err := env.PayloadBytes()
+	require.NoError(t, err)
+	p[len(p)-4] = 'X' // a caller's copy: {"k":"X"}
+	require.Len(t, env.VerifiedKeyIDs(a.Public()), 1, "changing PayloadBytes' result must not change the envelope")
+
+	other := strings.Replace(string(p), `"X"`, `"w"`, 1)
+	env.Payload = base64.StdEncoding.EncodeToString([]byte(other))
+	require.Empty(t, env.VerifiedKeyIDs(a.Public()), "a payload changed after parsing must not verify with the old one's signature")
+	got, err := env.Statement()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"k":"w"}`, string(got.Predicate))
+}
+
 // An envelope whose keyid is empty (as sigstore's WrapSigner writes) still
 // verifies; a keyid naming another key is not tried against this one.
 func TestVerifiedKeyIDsHints(t *testing.T) {

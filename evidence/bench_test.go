@@ -166,6 +166,10 @@ func BenchmarkAppend(b *testing.B) {
 				files := nextRun()
 				cpu.start()
 				defer cpu.stop()
+				// As Append: the store lock keeps a background
+				// consolidation from swapping packs under the build.
+				s.mu.Lock()
+				defer s.mu.Unlock()
 				root, err := newChangeTree(files)
 				require.NoError(b, err)
 				bl := &builder{st: s.objs, objs: memory.NewStorage()}

@@ -287,7 +287,9 @@ func (d *objectDir) packList() []*mappedPack {
 }
 
 // forget unmaps the packs named (their files are about to be removed).
-// The caller makes sure nothing reads them meanwhile.
+// The caller makes sure nothing reads them meanwhile: a read of an
+// unmapped pack is a fault, not an error (the Store holds s.mu around
+// every read and around the swap that calls forget).
 func (d *objectDir) forget(names []string) {
 	d.mu.Lock()
 	d.packs = slices.DeleteFunc(d.packs, func(p *mappedPack) bool {

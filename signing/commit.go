@@ -32,6 +32,7 @@ func SplitCommitSignature(raw []byte) (payload, armored []byte, err error) {
 		}
 	}
 	var out, sig bytes.Buffer
+	out.Grow(len(raw))
 	rest := raw
 	inSig := false
 	seen := false

@@ -199,9 +199,9 @@ func ParseEnvelope(b []byte) (*Envelope, error) {
 	if env.Payload == "" {
 		return nil, errors.New("envelope: payload is empty")
 	}
-	decoded, err := base64.StdEncoding.Strict().DecodeString(env.Payload)
+	decoded, err := env.payload()
 	if err != nil {
-		return nil, fmt.Errorf("envelope: payload is not standard base64: %w", err)
+		return nil, err
 	}
 	env.decoded, env.decodedFrom = decoded, env.Payload
 	if len(env.Signatures) == 0 {

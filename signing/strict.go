@@ -56,11 +56,50 @@ func strictError(err error) error {
 		return fmt.Errorf("duplicate field %q", se.JSONPointer.LastToken())
 	}
 	var me *jsonv2.SemanticError
-	if errors.As(err, &me) && errors.Is(err, jsonv2.ErrUnknownName) {
+	if !errors.As(err, &me) {
+		return err
+	}
+	if errors.Is(err, jsonv2.ErrUnknownName) {
 		if in := me.JSONPointer.Parent(); in != "" {
 			return fmt.Errorf("unknown field %q in %s", me.JSONPointer.LastToken(), in)
 		}
 		return fmt.Errorf("unknown field %q", me.JSONPointer.LastToken())
 	}
-	return err
+	// The library words its semantic errors at random ("cannot" or
+	// "unable to", once per process): word them here, so that a message
+	// is the same on every run.
+	if me.Err != nil {
+		if me.JSONPointer == "" {
+			return me.Err
+		}
+		return fmt.Errorf("%s: %w", me.JSONPointer, me.Err)
+	}
+	at := ""
+	if me.JSONPointer != "" {
+		at = " at " + string(me.JSONPointer)
+	}
+	want := "this value"
+	if me.GoType != nil {
+		want = me.GoType.String()
+	}
+	return fmt.Errorf("JSON %s where %s is expected%s", kindName(me.JSONKind), want, at)
+}
+
+// kindName names a JSON kind in an error.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{', '}':
+		return "object"
+	case '[', ']':
+		return "array"
+	}
+	return "value"
 }

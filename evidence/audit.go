@@ -192,6 +192,7 @@ func Audit(ctx context.Context, opts AuditOptions) (*AuditReport, error) {
 	}
 	defer rd.close()
 	a := newAuditor(rd, opts)
+	a.stream = true
 	if err := a.walk(ctx); err != nil {
 		return nil, err
 	}
@@ -382,12 +383,30 @@ type auditor struct {
 	pool     *verifyPool
 	// Trees read for the current and the previous commit.
 	curTrees, prevTrees map[plumbing.Hash][]object.TreeEntry
+
+	// Whole-branch audits group run directories while replaying
+	// (runsByDir) and check a run once its receipt has landed, in
+	// batches of closedRunBatch (closed): its decoded documents are then
+	// dropped, so that memory grows with the runs still open rather than
+	// with the branch. A file added later to a checked run reopens it.
+	stream    bool
+	runsByDir map[string]*runAudit
+	// bindings: list every digest binding checked in the run reports
+	// (Verify, one run); a whole-branch audit reports only the ones that
+	// fail, as findings.
+	bindings bool
+	closed   []*runAudit
 }
+
+// closedRunBatch is how many runs with a receipt the replay lets
+// accumulate before it checks them and drops their decoded documents.
+var closedRunBatch = 256
 
 func newAuditor(rd *branchReader, opts AuditOptions) *auditor {
 	return &auditor{rd: rd, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
 		files: map[string]*fileRec{}, versions: map[string][]*fileRec{},
-		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{}}
+		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{},
+		runsByDir: map[string]*runAudit{}}
 }
 
 func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
@@ -537,6 +556,11 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 			return err
 		}
 		prev = c.tree
+		if len(a.closed) >= closedRunBatch {
+			if err := a.checkClosed(); err != nil {
+				return err
+			}
+		}
 	}
 	if err := a.pool.wait(); err != nil {
 		return err
@@ -736,6 +760,82 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		a.pool.submitDoc(f, data)
 	case kindNode, kindIndex, kindChain:
 		f.data = data
+	}
+	if a.stream {
+		return a.addToRun(p, f)
+	}
+	return nil
+}
+
+// addToRun files f (at p) under its run directory, when it is in one. A
+// receipt closes the run; a file added to a run already checked reopens
+// it.
+func (a *auditor) addToRun(p string, f *fileRec) error {
+	parts := strings.Split(p, "/")
+	if parts[0] != "runs" || len(parts) < 8 {
+		return nil
+	}
+	dir := strings.Join(parts[:7], "/")
+	r := a.runsByDir[dir]
+	if r == nil {
+		r = newRunAudit(a, parts[1], parts[6], dir, map[string]*fileRec{})
+		a.runsByDir[dir] = r
+	} else if r.checked {
+		var err error
+		if r, err = a.reopen(r); err != nil {
+			return err
+		}
+	}
+	rel := strings.Join(parts[7:], "/")
+	r.files[rel] = f
+	if (rel == ReceiptFile || r.files[ReceiptFile] != nil) && !r.queued {
+		r.queued = true
+		a.closed = append(a.closed, r)
+	}
+	return nil
+}
+
+// reopen replaces a checked run (a file was added to it after its
+// receipt) by a fresh one, reading and verifying again the documents
+// and snapshots its check dropped. It is checked again with the next
+// batch, or at the end.
+func (a *auditor) reopen(old *runAudit) (*runAudit, error) {
+	r := newRunAudit(a, old.cluster, old.id, old.dir, old.files)
+	a.runsByDir[r.dir] = r
+	for rel, f := range r.files {
+		p := path.Join(r.dir, rel)
+		switch {
+		case f.doc != nil:
+			var data []byte
+			if !a.pool.reads {
+				var err error
+				if data, err = readRaw(a.rd.objs, plumbing.BlobObject, f.blob); err != nil {
+					return nil, fmt.Errorf("evidence: %s: %w", p, err)
+				}
+			}
+			a.pool.submitDoc(f, data)
+		case classify(p) == kindNode:
+			data, err := readRaw(a.rd.objs, plumbing.BlobObject, f.blob)
+			if err != nil {
+				return nil, fmt.Errorf("evidence: %s: %w", p, err)
+			}
+			f.data = data
+		}
+	}
+	return r, nil
+}
+
+// checkClosed checks the runs closed since the last batch, once their
+// documents are verified, and drops what only their own checks read.
+func (a *auditor) checkClosed() error {
+	if err := a.pool.wait(); err != nil {
+		return err
+	}
+	batch := a.closed
+	a.closed = nil
+	a.checkRuns(batch)
+	for _, r := range batch {
+		r.compact()
 	}
 	return nil
 }

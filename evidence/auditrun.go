@@ -51,7 +51,9 @@ type RunReport struct {
 	// Approvers are the ids of the approver keys counted for the
 	// admission, cancel and release.
 	Approvers []string `json:"approvers,omitempty"`
-	// Bindings are every digest binding checked, in document order.
+	// Bindings are every digest binding checked, in document order:
+	// listed by Verify (one run); Audit leaves them out, a binding that
+	// fails being a finding (a branch of 10^5 runs holds millions).
 	Bindings []Binding `json:"bindings,omitempty"`
 	// Findings are this run's findings (also in AuditReport.Findings).
 	Findings []Finding `json:"findings,omitempty"`
@@ -111,6 +113,36 @@ type runAudit struct {
 	// findings of the run's own checks (check runs on several goroutines;
 	// checkAll adds them in run order).
 	findings []Finding
+	// admitted: the admission verified and decoded (adm may since have
+	// been dropped by compact).
+	admitted bool
+	// queued for a batch check (a receipt landed); checked once done.
+	queued, checked bool
+}
+
+func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec) *runAudit {
+	return &runAudit{a: a, cluster: cluster, id: id, dir: dir, files: files, bound: map[string]bool{},
+		signers: map[string]bool{}, approver: map[string]bool{}}
+}
+
+// compact drops what only the run's own check reads, once it is done:
+// decoded documents and predicates, node snapshots, approval copies. What
+// the whole-branch checks read (digests, landing commits, the receipt)
+// and the report stay.
+func (r *runAudit) compact() {
+	vp := r.a.pool
+	for rel, f := range r.files {
+		if f.doc != nil {
+			if f.doc.kind == kindApproval {
+				delete(vp.approvals, f.blob)
+			}
+			f.doc.statement, f.doc.approval = nil, nil
+		}
+		if strings.HasPrefix(rel, "nodes/") {
+			f.data = nil
+		}
+	}
+	r.adm, r.ev, r.checks, r.subjects, r.bound = nil, nil, nil, nil, nil
 }
 
 func (r *runAudit) add(rule, rel, msg string) {
@@ -160,11 +192,16 @@ func (r *runAudit) decode(rel string, f *fileRec, want string, v any) bool {
 // bind checks that the document at from binds the file at p by digest d.
 // It returns the bound file, nil when missing or different.
 func (r *runAudit) bind(from, p string, d specs.Digest) *fileRec {
-	b := Binding{From: path.Join(r.dir, from), To: p, Digest: d}
-	defer func() { r.report.Bindings = append(r.report.Bindings, b) }()
+	var b Binding
+	if r.a.bindings {
+		b = Binding{From: path.Join(r.dir, from), To: p, Digest: d}
+		defer func() { r.report.Bindings = append(r.report.Bindings, b) }()
+	}
 	rel, ok := r.rel(p)
 	if !ok {
-		if f := r.a.files[p]; f != nil && strings.HasPrefix(p, "runs/") {
+		// By the path alone: runs are checked as their receipts land,
+		// before the files of later runs are read.
+		if strings.HasPrefix(p, "runs/") && strings.Count(p, "/") >= 7 {
 			r.add(RuleCopiedDocument, from, fmt.Sprintf("binds %s, a file of another run's directory", p))
 		} else {
 			r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s, which is outside the run directory", p))
@@ -187,9 +224,10 @@ func (r *runAudit) bind(from, p string, d specs.Digest) *fileRec {
 
 // bindValue checks a digest binding to a spec object or value.
 func (r *runAudit) bindValue(from, what string, recorded, actual specs.Digest) {
-	b := Binding{From: path.Join(r.dir, from), To: what, Digest: recorded, OK: recorded == actual}
-	r.report.Bindings = append(r.report.Bindings, b)
-	if !b.OK {
+	if r.a.bindings {
+		r.report.Bindings = append(r.report.Bindings, Binding{From: path.Join(r.dir, from), To: what, Digest: recorded, OK: recorded == actual})
+	}
+	if recorded != actual {
 		r.add(RuleDigestBinding, from, fmt.Sprintf("records %s as %s, but it digests to %s", what, recorded, actual))
 	}
 }
@@ -208,6 +246,9 @@ func (r *runAudit) subjectsMatch(rel string, f *fileRec, want []signing.Subject)
 	sort.Strings(g)
 	sort.Strings(w)
 	for _, s := range want {
+		if !r.a.bindings {
+			break
+		}
 		r.report.Bindings = append(r.report.Bindings, Binding{From: path.Join(r.dir, rel), To: "subject " + s.Name, Digest: s.SubjectDigest(), OK: slices.Contains(g, key(s))})
 	}
 	if !slices.Equal(g, w) {
@@ -262,49 +303,33 @@ func (a *auditor) checkAll() {
 			}
 		}
 	}
-	// Group the layout.
-	runs := map[string]*runAudit{}
-	var order []string
+	// The layout. Run directories were grouped during the replay
+	// (addToRun), and those with a receipt mostly checked already.
+	runs := a.runsByDir
 	for _, p := range paths {
 		parts := strings.Split(p, "/")
 		switch parts[0] {
 		case "runs":
 			if len(parts) < 8 {
 				a.add(Finding{Rule: RuleLayout, Path: p, Message: "not inside a run directory runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/"})
-				continue
 			}
-			dir := strings.Join(parts[:7], "/")
-			r := runs[dir]
-			if r == nil {
-				r = &runAudit{a: a, cluster: parts[1], id: parts[6], dir: dir, files: map[string]*fileRec{}, bound: map[string]bool{},
-					signers: map[string]bool{}, approver: map[string]bool{}}
-				runs[dir] = r
-				order = append(order, dir)
-			}
-			r.files[strings.Join(parts[7:], "/")] = a.files[p]
 		case "ids", "chain":
 		default:
 			a.add(Finding{Rule: RuleLayout, Path: p, Message: "outside the evidence layout (ids/, runs/, chain/)"})
 		}
 	}
-	// Runs are checked independently, on as many goroutines as the
-	// audit has workers; findings keep run order.
-	next := make(chan *runAudit)
-	var wg sync.WaitGroup
-	for range max(1, a.opts.Workers) {
-		wg.Go(func() {
-			for r := range next {
-				r.check()
-			}
-		})
-	}
-	for _, dir := range order {
-		r := runs[dir]
+	// Run order is path order: a directory's files sort together.
+	for _, r := range runs {
 		a.runs = append(a.runs, r)
-		next <- r
 	}
-	close(next)
-	wg.Wait()
+	sort.Slice(a.runs, func(i, j int) bool { return a.runs[i].dir+"/" < a.runs[j].dir+"/" })
+	var open []*runAudit
+	for _, r := range a.runs {
+		if !r.checked {
+			open = append(open, r)
+		}
+	}
+	a.checkRuns(open)
 	for _, r := range a.runs {
 		a.findings = append(a.findings, r.findings...)
 		r.findings = nil
@@ -315,6 +340,26 @@ func (a *auditor) checkAll() {
 	for _, r := range a.runs {
 		r.finish()
 	}
+}
+
+// checkRuns checks runs independently, on as many goroutines as the
+// audit has workers.
+func (a *auditor) checkRuns(runs []*runAudit) {
+	next := make(chan *runAudit)
+	var wg sync.WaitGroup
+	for range min(max(1, a.opts.Workers), len(runs)) {
+		wg.Go(func() {
+			for r := range next {
+				r.check()
+				r.checked = true
+			}
+		})
+	}
+	for _, r := range runs {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
 }
 
 // check audits one run directory.
@@ -336,7 +381,7 @@ func (r *runAudit) check() {
 	if !r.decode(AdmissionFile, r.admFile, PredicateAdmission, &adm) {
 		return
 	}
-	r.adm = &adm
+	r.adm, r.admitted = &adm, true
 	r.report.Phase = PhaseAdmitted
 	r.report.Profile = adm.Profile.Name
 	r.report.SpecCommit = adm.SpecCommit
@@ -769,7 +814,7 @@ func (r *runAudit) finish() {
 func (a *auditor) checkIndex(runs map[string]*runAudit) {
 	byRun := map[string]*runAudit{}
 	for _, r := range runs {
-		if r.adm == nil {
+		if !r.admitted {
 			continue
 		}
 		key := r.cluster + "/" + r.id
@@ -805,7 +850,7 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 		switch {
 		case string(f.data) != dir+"\n" || strings.ContainsAny(dir, "\n\r"):
 			fail("content is not one run directory and a newline")
-		case r == nil || r.adm == nil:
+		case r == nil || !r.admitted:
 			fail(fmt.Sprintf("points at %s, which is not an admitted run directory", dir))
 		case r.cluster != cluster || r.id != run:
 			fail(fmt.Sprintf("points at %s, the directory of run %s of cluster %s", dir, r.id, r.cluster))
@@ -817,7 +862,7 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 		}
 	}
 	for _, r := range runs {
-		if r.adm != nil && !pointed[r.dir] {
+		if r.admitted && !pointed[r.dir] {
 			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: IndexPath(r.cluster, r.id), Message: fmt.Sprintf("no index entry points at %s", r.dir)})
 		}
 	}

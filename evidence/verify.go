@@ -78,6 +78,7 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		return nil, err
 	}
 	a := newAuditor(rd, AuditOptions{Policy: opts.Policy, Now: opts.Now, Grace: opts.Grace, Workers: runtime.GOMAXPROCS(0)})
+	a.bindings = true
 	data, err := readRaw(rd.objs, plumbing.BlobObject, idx.Hash)
 	if err != nil {
 		return nil, err
@@ -107,8 +108,7 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 			}
 		}
 	}
-	r := &runAudit{a: a, cluster: cluster, id: opts.Run, dir: dir, files: map[string]*fileRec{}, bound: map[string]bool{},
-		signers: map[string]bool{}, approver: map[string]bool{}}
+	r := newRunAudit(a, cluster, opts.Run, dir, map[string]*fileRec{})
 	for p, f := range a.files {
 		r.files[strings.TrimPrefix(p, dir+"/")] = f
 	}

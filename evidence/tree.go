@@ -155,70 +155,90 @@ func (b *builder) tree(base plumbing.Hash, dir string, c *changeTree) (plumbing.
 			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s: %w", dir, err)
 		}
 	}
-	// Existing entries named by the change: a file there is a lost race,
-	// a directory there is rewritten below.
-	existing := map[string]rawEntry{}
-	for e, err := range rawEntries(raw) {
-		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s (%s): %w", dir, base, err)
-		}
-		if _, ok := c.files[string(e.name)]; ok {
-			existing[string(e.name)] = e
-		} else if _, ok := c.dirs[string(e.name)]; ok {
-			existing[string(e.name)] = e
-		}
-	}
-	var added []treeEntry
-	replaced := map[string]plumbing.Hash{}
+	// The changes in tree order, merged with the base tree's entries in
+	// one pass.
+	changes := make([]change, 0, len(c.files)+len(c.dirs))
 	for name, data := range c.files {
-		if _, ok := existing[name]; ok {
-			return plumbing.ZeroHash, fmt.Errorf("%w: %s", ErrExists, path.Join(dir, name))
-		}
-		h, err := b.put(plumbing.BlobObject, data)
-		if err != nil {
-			return plumbing.ZeroHash, err
-		}
-		added = append(added, treeEntry{name: name, mode: filemode.Regular, hash: h})
+		changes = append(changes, change{name: name, data: data})
 	}
 	for name, sub := range c.dirs {
-		var subBase plumbing.Hash
-		e, ok := existing[name]
-		if ok {
-			if e.mode != filemode.Dir {
-				return plumbing.ZeroHash, fmt.Errorf("%w: %s is a file", ErrExists, path.Join(dir, name))
-			}
-			subBase = e.hash
-		}
-		h, err := b.tree(subBase, path.Join(dir, name), sub)
-		if err != nil {
-			return plumbing.ZeroHash, err
-		}
-		if ok {
-			replaced[name] = h
-		} else {
-			added = append(added, treeEntry{name: name, mode: filemode.Dir, hash: h})
-		}
+		changes = append(changes, change{name: name, sub: sub})
 	}
-	slices.SortFunc(added, func(x, y treeEntry) int {
-		return compareTreeNames([]byte(x.name), x.mode == filemode.Dir, []byte(y.name), y.mode == filemode.Dir)
+	slices.SortFunc(changes, func(x, y change) int {
+		return compareTreeNames([]byte(x.name), x.sub != nil, []byte(y.name), y.sub != nil)
 	})
-	out := make([]byte, 0, len(raw)+len(added)*(len("100644 ")+1+hashSize+64))
-	for e := range rawEntries(raw) {
-		for len(added) > 0 && compareTreeNames([]byte(added[0].name), added[0].mode == filemode.Dir, e.name, e.mode == filemode.Dir) < 0 {
-			out = added[0].append(out)
-			added = added[1:]
+	out := make([]byte, 0, len(raw)+len(changes)*(len("100644 ")+1+hashSize+64))
+	var err error
+entries:
+	for e, rerr := range rawEntries(raw) {
+		if rerr != nil {
+			return plumbing.ZeroHash, fmt.Errorf("evidence: read tree %s (%s): %w", dir, base, rerr)
 		}
-		if h, ok := replaced[string(e.name)]; ok {
+		isDir := e.mode == filemode.Dir
+		for len(changes) > 0 {
+			ch := changes[0]
+			cmp := compareTreeNames([]byte(ch.name), ch.sub != nil, e.name, isDir)
+			if cmp > 0 {
+				break
+			}
+			changes = changes[1:]
+			if cmp < 0 {
+				if out, err = b.add(out, dir, ch); err != nil {
+					return plumbing.ZeroHash, err
+				}
+				continue
+			}
+			// The same name and kind: a file there is a lost race, a
+			// directory there is rewritten.
+			if ch.sub == nil {
+				return plumbing.ZeroHash, fmt.Errorf("%w: %s", ErrExists, path.Join(dir, ch.name))
+			}
+			h, err := b.tree(e.hash, path.Join(dir, ch.name), ch.sub)
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
 			out = append(out, e.raw[:len(e.raw)-hashSize]...)
 			out = append(out, h[:]...)
-			continue
+			continue entries
+		}
+		// The same name as a change of the other kind (they sort apart).
+		if _, ok := c.files[string(e.name)]; ok {
+			return plumbing.ZeroHash, fmt.Errorf("%w: %s", ErrExists, path.Join(dir, string(e.name)))
+		}
+		if _, ok := c.dirs[string(e.name)]; ok {
+			return plumbing.ZeroHash, fmt.Errorf("%w: %s is a file", ErrExists, path.Join(dir, string(e.name)))
 		}
 		out = append(out, e.raw...)
 	}
-	for _, a := range added {
-		out = a.append(out)
+	for _, ch := range changes {
+		if out, err = b.add(out, dir, ch); err != nil {
+			return plumbing.ZeroHash, err
+		}
 	}
 	return b.put(plumbing.TreeObject, out)
+}
+
+// change is a file (data) or directory (sub) an append adds to a tree.
+type change struct {
+	name string
+	data []byte
+	sub  *changeTree
+}
+
+// add writes a new entry for ch, not in the base tree, to out.
+func (b *builder) add(out []byte, dir string, ch change) ([]byte, error) {
+	e := treeEntry{name: ch.name, mode: filemode.Regular}
+	var err error
+	if ch.sub != nil {
+		e.mode = filemode.Dir
+		e.hash, err = b.tree(plumbing.ZeroHash, path.Join(dir, ch.name), ch.sub)
+	} else {
+		e.hash, err = b.put(plumbing.BlobObject, ch.data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.append(out), nil
 }
 
 // treeEntry is an entry to write into a tree.
@@ -257,8 +277,8 @@ func rawEntries(t []byte) iter.Seq2[rawEntry, error] {
 				yield(rawEntry{}, errBadTree)
 				return
 			}
-			mode, err := strconv.ParseUint(string(t[:sp]), 8, 32)
-			if err != nil {
+			mode, ok := parseMode(t[:sp])
+			if !ok {
 				yield(rawEntry{}, errBadTree)
 				return
 			}
@@ -276,6 +296,21 @@ func rawEntries(t []byte) iter.Seq2[rawEntry, error] {
 			t = t[end:]
 		}
 	}
+}
+
+// parseMode parses a tree entry's octal mode (at most 32 bits).
+func parseMode(b []byte) (uint32, bool) {
+	if len(b) == 0 || len(b) > 11 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		v = v<<3 | uint64(c-'0')
+	}
+	return uint32(v), v <= 1<<32-1
 }
 
 // compareTreeNames orders tree entries as Git does: by name bytes, a

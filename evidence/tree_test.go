@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,5 +49,25 @@ func TestTreeOrder(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, f.Data, got, f.Path)
 		}
+	}
+}
+
+// TestParseMode: tree modes parse as strconv.ParseUint(s, 8, 32) would
+// (no sign, no underscore, no digit 8 or 9, nothing past 32 bits).
+func TestParseMode(t *testing.T) {
+	for _, s := range []string{"100644", "40000", "040000", "160000", "120000", "100755", "0", "7", "",
+		"8", "9", "-1", "+1", "1_0", " 1", "1 ", "37777777777", "40000000000", "00000000000000000001", "777777777777"} {
+		want, err := strconv.ParseUint(s, 8, 32)
+		got, ok := parseMode([]byte(s))
+		if err != nil {
+			assert.False(t, ok, "%q parsed as %o", s, got)
+			continue
+		}
+		if len(s) > 11 {
+			assert.False(t, ok, "%q: longer than any mode", s)
+			continue
+		}
+		assert.True(t, ok, "%q refused", s)
+		assert.Equal(t, uint32(want), got, "%q", s)
 	}
 }

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -215,7 +216,7 @@ func (s *Store) open(ctx context.Context) error {
 		return fmt.Errorf("evidence: open mirror objects %s: %w", dir, err)
 	}
 	s.fast = fast
-	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay, fast: fast}
+	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay, fast: fast, trees: &treeCache{}}
 	b, err := os.ReadFile(filepath.Join(s.opts.StateDir, stateFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -551,6 +552,11 @@ func (s *Store) flush() error {
 		}
 		// go-git finds the new pack when it next needs its indexes.
 		s.st.Reindex()
+		for h, o := range s.overlay.Trees {
+			if b, err := readEncoded(o, 0); err == nil {
+				s.objs.trees.put(h, b)
+			}
+		}
 		s.overlay = newOverlay()
 		s.objs.top = s.overlay
 		s.consolidate()
@@ -601,15 +607,22 @@ func newOverlay() *memory.ObjectStorage {
 // layered reads objects from the in-memory overlay first, then the mirror.
 type layered struct {
 	storer.EncodedObjectStorer
-	top  *memory.ObjectStorage
-	fast *objectDir // the mirror's objects read directly; nil reads through go-git
+	top   *memory.ObjectStorage
+	fast  *objectDir // the mirror's objects read directly; nil reads through go-git
+	trees *treeCache // trees of recent appends flushed from the overlay
 }
 
-// object implements objectSource: the overlay, then the mirror's packs
-// and loose objects, then go-git (whatever objectDir cannot read).
+// object implements objectSource: the overlay, the trees of recent
+// appends, then the mirror's packs and loose objects, then go-git
+// (whatever objectDir cannot read).
 func (l layered) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
 	if o, err := l.top.EncodedObject(t, h); err == nil {
 		return readEncoded(o, limit)
+	}
+	if t == plumbing.TreeObject && l.trees != nil {
+		if b, ok := l.trees.get(h, limit); ok {
+			return b, nil
+		}
 	}
 	if l.fast != nil {
 		b, err := l.fast.object(t, h, limit)
@@ -621,6 +634,48 @@ func (l layered) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]
 }
 
 func (l layered) concurrent() bool { return false }
+
+// maxTreeCacheBytes bounds the trees the store keeps after a flush: at
+// 10^5 runs a day the day's 256 shard trees and the index's 256 shard
+// trees are about 16 KB each, and each append rewrites two of them.
+const maxTreeCacheBytes = 32 << 20
+
+// treeCache keeps the trees the store's appends wrote, by hash, once
+// they are flushed from the overlay to a mirror pack: the next append to
+// a shard starts from the shard's latest tree, which it then needs
+// neither to find, inflate nor hash again. Objects are immutable, so an
+// entry is never stale; when full the cache starts over.
+type treeCache struct {
+	mu    sync.Mutex
+	m     map[plumbing.Hash][]byte
+	bytes int
+	hits  int
+}
+
+func (c *treeCache) put(h plumbing.Hash, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.bytes+len(b) > maxTreeCacheBytes {
+		c.m, c.bytes = map[plumbing.Hash][]byte{}, 0
+	}
+	if _, ok := c.m[h]; !ok {
+		c.m[h] = b
+		c.bytes += len(b)
+	}
+}
+
+// get returns a copy of tree h, when cached and within limit (none when
+// limit <= 0).
+func (c *treeCache) get(h plumbing.Hash, limit int64) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[h]
+	if !ok || limit > 0 && int64(len(b)) > limit {
+		return nil, false
+	}
+	c.hits++
+	return bytes.Clone(b), true
+}
 
 func (l layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if o, err := l.top.EncodedObject(t, h); err == nil {

@@ -1,10 +1,14 @@
 package evidence
 
 import (
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -70,4 +74,40 @@ func TestParseMode(t *testing.T) {
 		assert.True(t, ok, "%q refused", s)
 		assert.Equal(t, uint32(want), got, "%q", s)
 	}
+}
+
+// TestAppendStartsFromCachedTrees: after a flush moves the overlay to a
+// mirror pack, the store keeps the trees its appends wrote, and the next
+// append to the same directory starts from them instead of the pack. The
+// trees it then writes must be exactly what Git reads back.
+func TestAppendStartsFromCachedTrees(t *testing.T) {
+	saved := flushObjects
+	t.Cleanup(func() { flushObjects = saved })
+	flushObjects = 1 // every append is flushed
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	gittest.InitBare(t, remote)
+	signer, _ := testSigner(t)
+	s := openStore(t, testOptions(t, remote, signer))
+	var want []string
+	for i := range 12 {
+		p := fmt.Sprintf("runs/c/%02d/doc-%02d", i%3, i)
+		_, err := s.Append(t.Context(), "", []File{{Path: p, Data: []byte(p)}})
+		require.NoError(t, err)
+		want = append(want, p)
+		// The directory the next append to runs/c/<i%3> starts from is
+		// the tip's tree there, and it is cached.
+		h := gittest.Git(t, remote, "rev-parse", fmt.Sprintf("signet/evidence:runs/c/%02d", i%3))
+		s.mu.Lock()
+		_, cached := s.objs.trees.m[plumbing.NewHash(strings.TrimSpace(h))]
+		s.mu.Unlock()
+		assert.True(t, cached, "tree of runs/c/%02d after append %d", i%3, i)
+	}
+	// Every append after the first three started from a cached tree
+	// (at least its directory's).
+	assert.GreaterOrEqual(t, s.objs.trees.hits, 9, "appends that started from a cached tree")
+	out, err := gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	slices.Sort(want)
+	assert.Equal(t, strings.Join(want, "\n"), gittest.Git(t, remote, "ls-tree", "-r", "--name-only", "signet/evidence"))
 }

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +112,42 @@ func TestAppendStartsFromCachedTrees(t *testing.T) {
 	assert.Empty(t, out)
 	slices.Sort(want)
 	assert.Equal(t, strings.Join(want, "\n"), gittest.Git(t, remote, "ls-tree", "-r", "--name-only", "signet/evidence"))
+}
+
+// FuzzRawEntries: the tree reader the audit and the store use on objects
+// read from any repository either refuses a tree or reads entries that
+// are, end to end, exactly its bytes, each "<octal mode> <name>\0<hash>"
+// with a mode strconv reads the same, a non-empty name without NUL.
+func FuzzRawEntries(f *testing.F) {
+	var tree []byte
+	for _, e := range []treeEntry{{name: "a", mode: filemode.Regular}, {name: "d", mode: filemode.Dir}, {name: "x.json", mode: filemode.Executable}} {
+		tree = e.append(tree)
+	}
+	f.Add(tree)
+	f.Add([]byte("040000 d\x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Add([]byte("100644 \x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Add([]byte("+1 a\x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var whole []byte
+		for e, err := range rawEntries(data) {
+			if err != nil {
+				return
+			}
+			whole = append(whole, e.raw...)
+			sp := bytes.IndexByte(e.raw, ' ')
+			mode, perr := strconv.ParseUint(string(e.raw[:sp]), 8, 32)
+			if perr != nil || uint32(mode) != uint32(e.mode) {
+				t.Fatalf("mode %q read as %o (strconv: %o, %v)", e.raw[:sp], e.mode, mode, perr)
+			}
+			if len(e.name) == 0 || bytes.IndexByte(e.name, 0) >= 0 {
+				t.Fatalf("name %q", e.name)
+			}
+			if !bytes.Equal(e.raw, slices.Concat(e.raw[:sp+1], e.name, []byte{0}, e.hash[:])) {
+				t.Fatalf("entry %q is not mode, name and hash", e.raw)
+			}
+		}
+		if !bytes.Equal(whole, data) {
+			t.Fatalf("entries cover %d of %d bytes", len(whole), len(data))
+		}
+	})
 }

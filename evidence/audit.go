@@ -391,11 +391,11 @@ type auditor struct {
 	// with the branch. A file added later to a checked run reopens it.
 	stream    bool
 	runsByDir map[string]*runAudit
+	closed    []*runAudit
 	// bindings: list every digest binding checked in the run reports
 	// (Verify, one run); a whole-branch audit reports only the ones that
 	// fail, as findings.
 	bindings bool
-	closed   []*runAudit
 }
 
 // closedRunBatch is how many runs with a receipt the replay lets

@@ -788,7 +788,7 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 	}
 	rel := strings.Join(parts[7:], "/")
 	r.files[rel] = f
-	if (rel == ReceiptFile || r.files[ReceiptFile] != nil) && !r.queued {
+	if r.files[ReceiptFile] != nil && !r.queued {
 		r.queued = true
 		a.closed = append(a.closed, r)
 	}

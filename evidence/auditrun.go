@@ -131,16 +131,14 @@ func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec)
 // and the report stay.
 func (r *runAudit) compact() {
 	vp := r.a.pool
-	for rel, f := range r.files {
+	for _, f := range r.files {
 		if f.doc != nil {
 			if f.doc.kind == kindApproval {
 				delete(vp.approvals, f.blob)
 			}
 			f.doc.statement, f.doc.approval = nil, nil
 		}
-		if strings.HasPrefix(rel, "nodes/") {
-			f.data = nil
-		}
+		f.data = nil // in a run directory only node snapshots keep their data
 	}
 	r.adm, r.ev, r.checks, r.subjects, r.bound = nil, nil, nil, nil, nil
 }
@@ -245,11 +243,10 @@ func (r *runAudit) subjectsMatch(rel string, f *fileRec, want []signing.Subject)
 	}
 	sort.Strings(g)
 	sort.Strings(w)
-	for _, s := range want {
-		if !r.a.bindings {
-			break
+	if r.a.bindings {
+		for _, s := range want {
+			r.report.Bindings = append(r.report.Bindings, Binding{From: path.Join(r.dir, rel), To: "subject " + s.Name, Digest: s.SubjectDigest(), OK: slices.Contains(g, key(s))})
 		}
-		r.report.Bindings = append(r.report.Bindings, Binding{From: path.Join(r.dir, rel), To: "subject " + s.Name, Digest: s.SubjectDigest(), OK: slices.Contains(g, key(s))})
 	}
 	if !slices.Equal(g, w) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("subjects %v, want %v", g, w))

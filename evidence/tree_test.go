@@ -106,7 +106,10 @@ func TestAppendStartsFromCachedTrees(t *testing.T) {
 	}
 	// Every append after the first three started from a cached tree
 	// (at least its directory's).
-	assert.GreaterOrEqual(t, s.objs.trees.hits, 9, "appends that started from a cached tree")
+	s.objs.trees.mu.Lock()
+	hits := s.objs.trees.hits
+	s.objs.trees.mu.Unlock()
+	assert.GreaterOrEqual(t, hits, 9, "appends that started from a cached tree")
 	out, err := gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
 	require.NoError(t, err)
 	assert.Empty(t, out)

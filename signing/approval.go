@@ -101,8 +101,8 @@ func (p ApprovalPredicate) check() error {
 	return nil
 }
 
-// Approval is one parsed approval file. Its signatures are checked only by
-// TrustPolicy.Decide, which needs the policy.
+// Approval is one parsed approval file. Its signatures are checked by
+// Verify against a policy's approver keys; Decide uses that result.
 type Approval struct {
 	// Path is the file's path in the file system it was loaded from.
 	Path string
@@ -121,20 +121,22 @@ type Approval struct {
 	SignedAt time.Time
 
 	subjects map[string]specs.Digest
-	pae      []byte
-	sigs     [][]byte
 
-	mu          sync.Mutex
-	cachePolicy *TrustPolicy // the policy cached was checked against
-	cached      sigCheck
+	mu         sync.Mutex
+	verifiedBy *TrustPolicy // the policy verified was computed against
+	verified   *VerifiedApproval
 }
 
-// sigCheck is the outcome of checking an approval's signatures against one
-// policy's approver keys (time-independent; validity windows are applied by
-// Decide at its own time).
-type sigCheck struct {
-	verified []string // ids of approver keys with a valid signature
-	problems []string // signatures that did not verify, with why
+// VerifiedApproval is what Approval.Verify found against one policy's
+// approver keys. It does not apply validity windows: Decide does, at its
+// own time.
+type VerifiedApproval struct {
+	// Keys are the ids of approver keys with a valid signature, each once,
+	// in signature order.
+	Keys []string
+	// Refused holds, in signature order, why each signature that no
+	// approver key verifies did not count.
+	Refused []*VerifyError
 }
 
 // ParseApproval parses the approval envelope b read from path: a strict
@@ -168,12 +170,6 @@ func ParseApproval(path string, b []byte) (*Approval, error) {
 			return nil, fmt.Errorf("%s: statement: subject[%d]: %w", path, i, err)
 		}
 		a.subjects[s.Name] = s.SubjectDigest()
-	}
-	payload, _ := env.PayloadBytes() // checked by ParseEnvelope
-	a.pae = PAE(env.PayloadType, payload)
-	for _, s := range env.Signatures {
-		raw, _ := decodeSig(s.Sig) // checked by ParseEnvelope
-		a.sigs = append(a.sigs, raw)
 	}
 	return a, nil
 }
@@ -369,12 +365,12 @@ func (p *TrustPolicy) decide(subject string, d specs.Digest, approvals []*Approv
 			}
 			continue
 		}
-		sc := a.check(p)
-		for _, pr := range sc.problems {
-			dec.Reasons = append(dec.Reasons, fmt.Sprintf("%s: %s", where, pr))
+		v, _ := a.Verify(p) // every refusal is in v.Refused
+		for _, r := range v.Refused {
+			dec.Reasons = append(dec.Reasons, fmt.Sprintf("%s: %v", where, r.Err))
 		}
 		relied := false
-		for _, id := range sc.verified {
+		for _, id := range v.Keys {
 			if r := p.KeyValidAt(id, now); r != "" {
 				dec.Reasons = append(dec.Reasons, fmt.Sprintf("%s: %s", where, r))
 				continue
@@ -404,49 +400,51 @@ func (p *TrustPolicy) decide(subject string, d specs.Digest, approvals []*Approv
 	return dec
 }
 
-// check verifies a's signatures against p's approver keys, once per policy.
-func (a *Approval) check(p *TrustPolicy) sigCheck {
+// Verify checks a's signatures against p's approver keys and returns what
+// verified. The error is nil when at least one signature verifies, else the
+// first refusal (a *VerifyError: KindBadSignature, KindNotAllowed or
+// KindUnknownKey); the result is never nil and lists every refusal either
+// way. The outcome is computed once per policy and kept, so a caller may
+// run Verify ahead of Decide (on a worker pool) to spend the signature
+// checks there; it is safe for concurrent use.
+func (a *Approval) Verify(p *TrustPolicy) (*VerifiedApproval, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cachePolicy == p {
-		return a.cached
+	if a.verifiedBy != p {
+		a.verified, a.verifiedBy = a.verify(p), p
 	}
-	var sc sigCheck
+	if len(a.verified.Keys) == 0 && len(a.verified.Refused) > 0 {
+		return a.verified, a.verified.Refused[0]
+	}
+	return a.verified, nil
+}
+
+func (a *Approval) verify(p *TrustPolicy) *VerifiedApproval {
+	v := &VerifiedApproval{}
 	found := map[string]bool{}
-	approvers := p.Approvers()
-	for i, s := range a.Envelope.Signatures {
-		ok := false
-		hinted := false
-		for _, k := range approvers {
-			if !s.hints(k) {
-				continue
+	for i, c := range a.Envelope.checkSignatures(p.Approvers()) {
+		if c.key != nil {
+			if !found[c.key.id] {
+				found[c.key.id] = true
+				v.Keys = append(v.Keys, c.key.id)
 			}
-			hinted = true
-			if k.verify(a.pae, a.sigs[i]) {
-				ok = true
-				if !found[k.id] {
-					found[k.id] = true
-					sc.verified = append(sc.verified, k.id)
-				}
-				break
-			}
-		}
-		if ok {
 			continue
 		}
+		s := a.Envelope.Signatures[i]
+		var r *VerifyError
 		switch {
-		case s.KeyID != "" && hinted:
-			sc.problems = append(sc.problems, fmt.Sprintf("signature %d: bad signature (keyid %s)", i, s.KeyID))
+		case s.KeyID != "" && c.hinted:
+			r = verifyErrorf(KindBadSignature, a.Path, "signature %d: bad signature (keyid %s)", i, s.KeyID)
 		case s.KeyID != "" && p.keyByHint(s) != "":
-			sc.problems = append(sc.problems, fmt.Sprintf("signature %d: key %s is not an approver", i, short(p.keyByHint(s))))
+			r = verifyErrorf(KindNotAllowed, a.Path, "signature %d: key %s is not an approver", i, short(p.keyByHint(s)))
 		case s.KeyID != "":
-			sc.problems = append(sc.problems, fmt.Sprintf("signature %d: untrusted key (keyid %s is not in the trust policy)", i, s.KeyID))
+			r = verifyErrorf(KindUnknownKey, a.Path, "signature %d: untrusted key (keyid %s is not in the trust policy)", i, s.KeyID)
 		default:
-			sc.problems = append(sc.problems, fmt.Sprintf("signature %d: bad signature or untrusted key (no approver key verifies it)", i))
+			r = verifyErrorf(KindBadSignature, a.Path, "signature %d: bad signature or untrusted key (no approver key verifies it)", i)
 		}
+		v.Refused = append(v.Refused, r)
 	}
-	a.cachePolicy, a.cached = p, sc
-	return sc
+	return v
 }
 
 // keyByHint returns the id of the policy key a signature's keyid names.

@@ -12,10 +12,10 @@ import (
 // CommitSignatureNamespace is the SSH signature namespace git uses.
 const CommitSignatureNamespace = "git"
 
-// MaxCommitSize bounds a raw commit object given to VerifyCommitSignature.
+// MaxCommitSize bounds a raw commit object given to VerifyCommit.
 const MaxCommitSize = 1 << 20
 
-// ErrUnsignedCommit is returned (wrapped in a VerificationError) for a
+// ErrUnsignedCommit is returned (wrapped in a *VerifyError) for a
 // commit without a gpgsig header.
 var ErrUnsignedCommit = errors.New("commit is not signed")
 
@@ -78,13 +78,15 @@ func nilIfEmpty(b []byte) []byte {
 	return b
 }
 
-// VerifyCommitSignature checks the SSH signature (gpg.format=ssh, namespace
-// "git") of a raw commit object against the policy's commitSigners and
-// returns the id of the key that made it. The key must be valid (window,
-// not revoked) at `at`. A malformed commit is a plain error; an unsigned
-// commit, a signature by a key that is not a commit signer and a bad
-// signature are *VerificationError.
-func VerifyCommitSignature(rawCommit []byte, p *TrustPolicy, at time.Time) (string, error) {
+// VerifyCommit checks the SSH signature (gpg.format=ssh, namespace "git")
+// of a raw commit object against s and returns the id of the key that made
+// it, which must be valid at `at`. A malformed or oversized commit is a
+// plain error; an unsigned commit (KindUnsigned, wrapping
+// ErrUnsignedCommit), a signature that is not SSH (KindMalformed), one by a
+// key s does not hold (KindUnknownKey), one that does not verify
+// (KindBadSignature) and one by a key outside its validity
+// (KindKeyNotValid) are a *VerifyError.
+func VerifyCommit(rawCommit []byte, s Signers, at time.Time) (string, error) {
 	if len(rawCommit) > MaxCommitSize {
 		return "", fmt.Errorf("commit: %d bytes is more than the limit of %d", len(rawCommit), MaxCommitSize)
 	}
@@ -94,28 +96,28 @@ func VerifyCommitSignature(rawCommit []byte, p *TrustPolicy, at time.Time) (stri
 	}
 	const what = "commit signature"
 	if armored == nil {
-		return "", &VerificationError{What: what, Reason: ErrUnsignedCommit.Error()}
+		return "", &VerifyError{What: what, Kind: KindUnsigned, Err: ErrUnsignedCommit}
 	}
 	sig, err := sshsig.Unarmor(armored)
 	if err != nil {
-		return "", verificationErrorf(what, "not an SSH signature: %v", err)
+		return "", verifyErrorf(KindMalformed, what, "not an SSH signature: %v", err)
 	}
 	var signer *PublicKey
 	fp := sshFingerprint(sig)
-	for _, k := range p.CommitSigners() {
+	for _, k := range s.keys {
 		if k.DSSEKeyID() == fp {
 			signer = k
 			break
 		}
 	}
 	if signer == nil {
-		return "", verificationErrorf(what, "signing key %s is not a commit signer in the trust policy", fp)
+		return "", verifyErrorf(KindUnknownKey, what, "signed by key %s, which is not %s", fp, s.name)
 	}
 	if err := sshsig.Verify(bytes.NewReader(payload), sig, signer.sshPublicKey(), sig.HashAlgorithm, CommitSignatureNamespace); err != nil {
-		return "", verificationErrorf(what, "bad signature by key %s: %v", short(signer.KeyID()), err)
+		return "", verifyErrorf(KindBadSignature, what, "bad signature by key %s: %v", keyAbbrev(signer.KeyID()), err)
 	}
-	if r := p.KeyValidAt(signer.KeyID(), at); r != "" {
-		return "", verificationErrorf(what, "%s", r)
+	if r := s.validAt(signer.KeyID(), at); r != "" {
+		return "", verifyErrorf(KindKeyNotValid, what, "%s", r)
 	}
 	return signer.KeyID(), nil
 }

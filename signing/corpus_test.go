@@ -19,7 +19,7 @@ import (
 const corpusDir = "testdata/corpus"
 
 // signingReasons are the rejection reasons the signing package states:
-// its sentinel errors, its verification failures (verificationErrorf), the
+// its sentinel errors, its verification failures (verifyErrorf), the
 // message of every errors.New and fmt.Errorf and the format of every
 // fmt.Sprintf (an approval decision's reasons), less the ones that only
 // wrap another error, name a file, or refuse a caller's mistake while
@@ -28,13 +28,13 @@ func signingReasons(t *testing.T) []corpus.Reason {
 	t.Helper()
 	rs, err := corpus.Scan(corpus.Source{
 		Dir:       ".",
-		Formats:   map[string]int{"verificationErrorf": 1, "errors.New": 0, "fmt.Errorf": 0, "fmt.Sprintf": 0},
+		Formats:   map[string]int{"verifyErrorf": 2, "errors.New": 0, "fmt.Errorf": 0, "fmt.Sprintf": 0},
 		Sentinels: true,
 		Ignore: []string{
 			// Wrappers: the wrapped error is the reason.
 			"%s", "%s: %s", "%s: %w", "envelope: %w", "statement: %w", "approval: %w",
 			"approval: subject[%d]: %w", "%s: statement: subject[%d]: %w", "trust policy %s: %w",
-			"could not read %s: %w", "%s.publicKey: %w", "%s: verification failed: %s",
+			"could not read %s: %w", "%s.publicKey: %w", "%s: verification failed: %v", "%s: %v",
 			// Signing, encoding and key generation: a caller's mistake or
 			// a crypto library failure, not a refused input.
 			"sign: %w", "sign: encoding envelope: %w", "sign: encoding statement: %w", "sign: key %s given twice",
@@ -45,7 +45,7 @@ func signingReasons(t *testing.T) []corpus.Reason {
 			"algorithm %q is not %s or %s", "loading signer: %w", "loading verifier: %w", "ssh signer: %w",
 			"approval file name: %w", "approval file name: no subject",
 			// Names and paths built with Sprintf, not reasons.
-			"%s-%s-%s.json", "%s-and-%d-more", "%s[%d]", "spec.keys[%d]", "%s.%s",
+			"%s-%s-%s.json", "%s-and-%d-more", "%s[%d]", "spec.keys[%d]", "%s.%s", "VerifyKind(%d)",
 		},
 	})
 	require.NoError(t, err)
@@ -61,7 +61,10 @@ func signingReasons(t *testing.T) []corpus.Reason {
 //   - X.key: signing.ParsePrivateKeyPEM, with the passphrase "wrong" when
 //     X ends in ".wrongpass";
 //   - X.pub: signing.ParsePublicKeyPEM; X.ssh.pub: ParseSSHAuthorizedKey;
-//   - X.commit: signing.VerifyCommitSignature under valid.trust.yaml;
+//   - X.commit: signing.VerifyCommit by the commit signers of
+//     valid.trust.yaml;
+//   - X.verify.json: signing.VerifyDSSE of an envelope by the signers of a
+//     role ("evidence", "commit") of the policy it names, at its "at";
 //   - X.decide.json: TrustPolicy.Decide of a subject and digest over the
 //     approvals and under the policy it names, at its "now"; the messages
 //     are the decision's reasons;
@@ -126,7 +129,21 @@ func corpusMessages(t *testing.T, file string) []string {
 	case strings.HasSuffix(name, ".commit"):
 		p, err := signing.LoadTrustPolicy(filepath.Join(corpusDir, "valid.trust.yaml"))
 		require.NoError(t, err)
-		_, err = signing.VerifyCommitSignature(b, p, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+		_, err = signing.VerifyCommit(b, p.Signers(signing.RoleCommitSigner), time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+		return errs(err)
+	case strings.HasSuffix(name, ".verify.json"):
+		var v struct {
+			Policy, Role, Envelope string
+			At                     time.Time
+		}
+		require.NoError(t, json.Unmarshal(b, &v))
+		p, err := signing.LoadTrustPolicy(filepath.Join(corpusDir, v.Policy))
+		require.NoError(t, err)
+		role, ok := map[string]signing.Role{"evidence": signing.RoleEvidenceSigner, "commit": signing.RoleCommitSigner}[v.Role]
+		require.True(t, ok, "%s: role %q", name, v.Role)
+		env, err := os.ReadFile(filepath.Join(corpusDir, v.Envelope))
+		require.NoError(t, err)
+		_, err = signing.VerifyDSSE(env, p.Signers(role), v.At)
 		return errs(err)
 	case strings.HasSuffix(name, ".decide.json"):
 		var d struct {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 
 	"signet.dev/signet/specs"
@@ -288,32 +287,7 @@ func parseStatement(p []byte) (*Statement, error) {
 // whose keyid is set and names neither the key's id nor its DSSEKeyID is not
 // tried against that key. The result is empty when nothing verifies.
 func (e *Envelope) VerifiedKeyIDs(keys ...*PublicKey) []string {
-	payload, err := e.payload()
-	if err != nil {
-		return nil
-	}
-	pae := PAE(e.PayloadType, payload)
-	found := map[string]bool{}
-	for _, s := range e.Signatures {
-		sig, err := base64.StdEncoding.Strict().DecodeString(s.Sig)
-		if err != nil {
-			continue
-		}
-		for _, k := range keys {
-			if k == nil || found[k.id] || !s.hints(k) {
-				continue
-			}
-			if k.verify(pae, sig) {
-				found[k.id] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(found))
-	for id := range found {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
+	return signerIDs(e.checkSignatures(keys))
 }
 
 // hints reports whether s may have been made by k, judging by its keyid.

@@ -112,7 +112,7 @@ func TestCommitSignatureGate(t *testing.T) {
 	gittest.Git(t, repo, "commit", "-q", "--allow-empty", "--no-gpg-sign", "-m", "unsigned")
 	unsigned := []byte(gittest.Git(t, repo, "cat-file", "commit", "HEAD") + "\n")
 
-	id, err := VerifyCommitSignature(good, p, time.Now())
+	id, err := VerifyCommit(good, p.Signers(RoleCommitSigner), time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, trusted.KeyID(), id)
 
@@ -120,16 +120,20 @@ func TestCommitSignatureGate(t *testing.T) {
 		name   string
 		raw    []byte
 		policy *TrustPolicy
+		kind   VerifyKind
 		want   string
 	}{
-		{"untrusted key", bad, p, "is not a commit signer"},
-		{"unsigned", unsigned, p, "commit is not signed"},
-		{"tampered message", bytes.Replace(good, []byte("signed by a trusted key"), []byte("signed by a trusted kez"), 1), p, "bad signature"},
-		{"revoked key", good, revoked, "revoked at"},
+		{"untrusted key", bad, p, KindUnknownKey, "which is not a commit signer"},
+		{"unsigned", unsigned, p, KindUnsigned, "commit is not signed"},
+		{"tampered message", bytes.Replace(good, []byte("signed by a trusted key"), []byte("signed by a trusted kez"), 1), p, KindBadSignature, "bad signature"},
+		{"revoked key", good, revoked, KindKeyNotValid, "revoked at"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := VerifyCommitSignature(tc.raw, tc.policy, time.Now())
+			_, err := VerifyCommit(tc.raw, tc.policy.Signers(RoleCommitSigner), time.Now())
 			require.ErrorIs(t, err, ErrVerification)
+			var ve *VerifyError
+			require.ErrorAs(t, err, &ve)
+			assert.Equal(t, tc.kind, ve.Kind)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -423,38 +422,6 @@ func short(id string) string {
 		return id[:16]
 	}
 	return id
-}
-
-// VerifyEvidence parses envelope, checks that at least one of its signatures
-// was made by a key allowed to sign evidence and valid at `at`, and returns
-// the statement with the sorted ids of those keys. A parse error is a plain
-// error; a signature problem is a *VerificationError.
-func (p *TrustPolicy) VerifyEvidence(envelope []byte, at time.Time) (*Statement, []string, error) {
-	env, err := ParseEnvelope(envelope)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := env.Statement()
-	if err != nil {
-		return nil, nil, err
-	}
-	ids := env.VerifiedKeyIDs(p.EvidenceSigners()...)
-	var valid, reasons []string
-	for _, id := range ids {
-		if r := p.KeyValidAt(id, at); r != "" {
-			reasons = append(reasons, r)
-			continue
-		}
-		valid = append(valid, id)
-	}
-	if len(valid) == 0 {
-		if len(reasons) == 0 {
-			reasons = []string{"no valid signature by a key allowed to sign evidence"}
-		}
-		return nil, nil, verificationErrorf(st.PredicateType+" envelope", "%s", strings.Join(reasons, "; "))
-	}
-	sort.Strings(valid)
-	return st, valid, nil
 }
 
 // NewTrustPolicy builds a policy from spec as if parsed from a document

@@ -1,6 +1,7 @@
 package signing
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -121,30 +122,72 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 	}
 }
 
-func TestVerifyEvidence(t *testing.T) {
+// TestVerifyDSSE: evidence counts only when an evidence signer, valid at
+// the time judged, signed it; every other envelope is refused with the kind
+// its caller decides on, and a parse error is not a verification failure.
+func TestVerifyDSSE(t *testing.T) {
 	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
 	alice := testKey(t, "a", AlgorithmECDSAP256)
+	stranger := testKey(t, "stranger", AlgorithmEd25519)
 	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, func(s *TrustPolicySpec) {
 		s.Keys[1].RevokedAt = "2026-12-01T00:00:00Z"
 	})
 	st, err := NewStatement("https://signet.dev/evidence/v1", []Subject{SubjectFor("nodes/n1.json", digestOf("n1"))}, map[string]int{"x": 1})
 	require.NoError(t, err)
-	byRec, err := SignStatement(st, rec)
-	require.NoError(t, err)
-	byAlice, err := SignStatement(st, alice)
-	require.NoError(t, err)
+	sign := func(k *PrivateKey) []byte {
+		b, err := SignStatement(st, k)
+		require.NoError(t, err)
+		return b
+	}
+	byRec := sign(rec)
 
-	got, ids, err := p.VerifyEvidence(byRec, testNow)
+	got, err := VerifyDSSE(byRec, p.Signers(RoleEvidenceSigner), testNow)
 	require.NoError(t, err)
-	assert.Equal(t, []string{rec.KeyID()}, ids)
-	assert.Equal(t, st.Subject, got.Subject)
+	assert.Equal(t, []string{rec.KeyID()}, got.Keys)
+	assert.Equal(t, st.Subject, got.Statement.Subject)
 
-	_, _, err = p.VerifyEvidence(byAlice, testNow)
-	assert.ErrorIs(t, err, ErrVerification, "an approver key may not sign evidence")
-	_, _, err = p.VerifyEvidence(byRec, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
-	assert.ErrorIs(t, err, ErrVerification)
-	assert.ErrorContains(t, err, "revoked at")
-	_, _, err = p.VerifyEvidence(byRec[:20], testNow)
+	for _, tc := range []struct {
+		name string
+		env  []byte
+		at   time.Time
+		kind VerifyKind
+		want string
+	}{
+		{"an approver key may not sign evidence", sign(alice), testNow, KindNotAllowed, "signed by key " + alice.KeyID()[:12] + ", which is not allowed to sign evidence"},
+		{"a key outside the policy", sign(stranger), testNow, KindUnknownKey, "signed by key " + stranger.Public().DSSEKeyID() + ", which is not an evidence signer of the trust policy"},
+		{"revoked when committed", byRec, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), KindKeyNotValid, "key " + rec.KeyID()[:16] + " was revoked at 2026-12-01T00:00:00Z (committed 2026-12-02T00:00:00Z)"},
+		{"forged", resign(t, byRec, stranger), testNow, KindBadSignature, "no signature verifies with an evidence signer of the trust policy (forged or corrupted)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := VerifyDSSE(tc.env, p.Signers(RoleEvidenceSigner), tc.at)
+			require.ErrorIs(t, err, ErrVerification)
+			var ve *VerifyError
+			require.ErrorAs(t, err, &ve)
+			assert.Equal(t, tc.kind, ve.Kind)
+			assert.Equal(t, tc.want, ve.Err.Error())
+		})
+	}
+	_, err = VerifyDSSE(byRec[:20], p.Signers(RoleEvidenceSigner), testNow)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, ErrVerification, "a parse error is not a verification failure")
+
+	_, err = VerifyDSSE(byRec, KeySigners("this reconciler's key", stranger.Public()), testNow)
+	assert.ErrorContains(t, err, "which is not this reconciler's key")
+	got, err = VerifyDSSE(byRec, KeySigners("this reconciler's key", rec.Public()), time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, err, "a key the caller holds counts at any time")
+	assert.Equal(t, []string{rec.KeyID()}, got.Keys)
+}
+
+// resign returns env with its signature replaced by one of k over other
+// bytes, keeping env's keyid: a forgery naming the original signer.
+func resign(t *testing.T, env []byte, k *PrivateKey) []byte {
+	t.Helper()
+	var e Envelope
+	require.NoError(t, json.Unmarshal(env, &e))
+	sig, err := k.sign([]byte("something else"))
+	require.NoError(t, err)
+	e.Signatures[0].Sig = encodeSig(sig)
+	out, err := json.Marshal(e)
+	require.NoError(t, err)
+	return out
 }

@@ -166,7 +166,7 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 		if err != nil {
 			return exitCode(exitDiffError, err)
 		}
-		id, err := signing.VerifyCommitSignature(raw, policy, now)
+		id, err := signing.VerifyCommit(raw, policy.Signers(signing.RoleCommitSigner), now)
 		if err != nil {
 			rep.CommitError = err.Error()
 		}

@@ -567,7 +567,7 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 	}
 	for _, c := range a.commits {
 		if r := c.sigErr; r.err != nil {
-			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: r.err.Error()})
+			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: refusalMessage(r.err).Error()})
 		}
 	}
 	return nil
@@ -922,7 +922,7 @@ type docRec struct {
 // walker reads them.
 type verifyPool struct {
 	policy  *signing.TrustPolicy
-	signers []*signing.PublicKey
+	signers signing.Signers
 	objs    objectSource
 	jobs    chan func()
 	reads   bool
@@ -942,7 +942,7 @@ type approvalResult struct {
 }
 
 func newVerifyPool(rd *branchReader, p *signing.TrustPolicy, n int) *verifyPool {
-	vp := &verifyPool{policy: p, signers: p.EvidenceSigners(), objs: rd.objs, reads: rd.objs.concurrent(),
+	vp := &verifyPool{policy: p, signers: p.Signers(signing.RoleEvidenceSigner), objs: rd.objs, reads: rd.objs.concurrent(),
 		jobs: make(chan func(), 1024), approvals: map[plumbing.Hash]*approvalResult{}}
 	for range n {
 		vp.workers.Go(func() {
@@ -986,7 +986,7 @@ func (vp *verifyPool) close() {
 
 func (vp *verifyPool) submitCommit(c *commitInfo) {
 	vp.submit(func() {
-		c.sigErr.key, c.sigErr.err = verifyCommit(c.sigErr.raw, vp.policy, vp.signers, c.when)
+		c.sigErr.key, c.sigErr.err = signing.VerifyCommit(c.sigErr.raw, vp.signers, c.when)
 		c.sigErr.raw = nil
 	})
 }
@@ -1017,17 +1017,10 @@ func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
 			r.once.Do(func() {
 				r.ap, r.err = signing.ParseApproval(f.path, data)
 				if r.err == nil {
-					// Decide checks (and caches) the approval's
-					// signatures against the policy: do it here, on
-					// the pool, once per distinct approval.
-					if subs := r.ap.Subjects(); len(subs) > 0 {
-						d, _ := r.ap.SubjectDigest(subs[0])
-						cluster := ""
-						if len(r.ap.Clusters) > 0 {
-							cluster = r.ap.Clusters[0]
-						}
-						vp.policy.Decide(subs[0], d, []*signing.Approval{r.ap}, cluster, time.Time{})
-					}
+					// Verify here, on the pool, once per distinct
+					// approval; Decide uses the result and reports
+					// the signatures that did not verify.
+					_, _ = r.ap.Verify(vp.policy)
 				}
 			})
 			if r.err != nil {
@@ -1038,81 +1031,36 @@ func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
 			f.doc.statement = r.ap.Statement
 			return
 		}
-		f.doc.statement, f.doc.keys, f.doc.rule, f.doc.err = verifyDocument(data, vp.policy, vp.signers, f.commit.when)
+		v, err := signing.VerifyDSSE(data, vp.signers, f.commit.when)
+		if err != nil {
+			f.doc.rule, f.doc.err = refusalRule(err), refusalMessage(err)
+			return
+		}
+		f.doc.statement, f.doc.keys = v.Statement, v.Keys
 	})
 }
 
-// verifyDocument verifies a DSSE envelope against the evidence signers
-// valid at `at`. It returns the rule a refusal falls under:
-// RuleSignature for a malformed envelope or a signature that does not
-// verify, RuleUntrustedSigner for one made by a key that may not sign
-// evidence or was not valid at `at`.
-func verifyDocument(b []byte, p *signing.TrustPolicy, signers []*signing.PublicKey, at time.Time) (*signing.Statement, []string, string, error) {
-	env, err := signing.ParseEnvelope(b)
-	if err != nil {
-		return nil, nil, RuleSignature, err
-	}
-	st, err := env.Statement()
-	if err != nil {
-		return nil, nil, RuleSignature, err
-	}
-	ids := env.VerifiedKeyIDs(signers...)
-	var valid, reasons []string
-	for _, id := range ids {
-		if r := p.KeyValidAt(id, at); r != "" {
-			reasons = append(reasons, r+" (committed "+at.UTC().Format(time.RFC3339)+")")
-			continue
-		}
-		valid = append(valid, id)
-	}
-	if len(valid) > 0 {
-		return st, valid, "", nil
-	}
-	if len(reasons) > 0 {
-		return st, nil, RuleUntrustedSigner, errors.New(strings.Join(reasons, "; "))
-	}
-	// Nothing verified. A signature whose keyid names an evidence signer
-	// is a forgery (or corruption); one naming any other key was made by
-	// a key the policy does not allow to sign evidence.
-	forged, other := false, []string{}
-	for _, s := range env.Signatures {
-		named := false
-		for _, k := range signers {
-			if s.KeyID == "" || s.KeyID == k.DSSEKeyID() || s.KeyID == k.KeyID() {
-				named = true
-			}
-		}
-		if named {
-			forged = true
-		} else {
-			other = append(other, s.KeyID)
+// refusalRule returns the rule a document that did not verify falls
+// under: RuleUntrustedSigner when a key that may not sign evidence made it,
+// or one that was not valid when committed; RuleSignature when it does not
+// parse or its signature does not verify (forged or corrupted).
+func refusalRule(err error) string {
+	var ve *signing.VerifyError
+	if errors.As(err, &ve) {
+		switch ve.Kind {
+		case signing.KindUnknownKey, signing.KindNotAllowed, signing.KindKeyNotValid:
+			return RuleUntrustedSigner
 		}
 	}
-	if !forged {
-		if ids := env.VerifiedKeyIDs(p.Approvers()...); len(ids) > 0 {
-			return st, nil, RuleUntrustedSigner, fmt.Errorf("signed by key %s, which is not allowed to sign evidence", shortHash(ids[0]))
-		}
-		return st, nil, RuleUntrustedSigner, fmt.Errorf("signed by key %s, which is not an evidence signer of the trust policy", strings.Join(other, ", "))
-	}
-	return st, nil, RuleSignature, errors.New("no signature verifies with an evidence signer of the trust policy (forged or corrupted)")
+	return RuleSignature
 }
 
-// verifyCommit checks the SSH signature (namespace "git") of a raw commit
-// against the evidence signers, valid at the commit's time.
-func verifyCommit(raw []byte, p *signing.TrustPolicy, signers []*signing.PublicKey, at time.Time) (string, error) {
-	payload, armored, err := signing.SplitCommitSignature(raw)
-	if err != nil {
-		return "", err
+// refusalMessage returns what a finding states for a refused document or
+// commit: the verifier's cause, without its "verification failed" framing.
+func refusalMessage(err error) error {
+	var ve *signing.VerifyError
+	if errors.As(err, &ve) {
+		return ve.Err
 	}
-	if armored == nil {
-		return "", errors.New("commit is not signed")
-	}
-	id, err := verifySSHSig(payload, armored, signers)
-	if err != nil {
-		return "", err
-	}
-	if r := p.KeyValidAt(id, at); r != "" {
-		return "", fmt.Errorf("%s (committed %s)", r, at.UTC().Format(time.RFC3339))
-	}
-	return id, nil
+	return err
 }

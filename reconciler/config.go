@@ -33,7 +33,8 @@ type Config struct {
 	// TrustPolicy is the path of the trust policy file.
 	TrustPolicy string `json:"trustPolicy"`
 	// SigningKey is the path of the reconciler's private key (PEM). Its
-	// passphrase, if any, comes from PassphraseFile or PassphraseEnv.
+	// passphrase, if any, comes from PassphraseFile or PassphraseEnv, never
+	// both, read by signing.ReadPassphrase (the rules signet keygen uses).
 	SigningKey     string `json:"signingKey"`
 	PassphraseFile string `json:"passphraseFile,omitempty"`
 	PassphraseEnv  string `json:"passphraseEnv,omitempty"`

@@ -609,17 +609,11 @@ func (r *Reconciler) document(p, predicateType string, subjects []signing.Subjec
 // readOwn verifies a document this cluster's reconciler signed and decodes
 // its predicate. A document that does not verify is never trusted.
 func (r *Reconciler) readOwn(b []byte, predicateType string, v any) error {
-	env, err := signing.ParseEnvelope(b)
+	ver, err := signing.VerifyDSSE(b, signing.KeySigners("this reconciler's key", r.key.Public()), r.now())
 	if err != nil {
 		return err
 	}
-	if ids := env.VerifiedKeyIDs(r.key.Public()); len(ids) == 0 {
-		return errors.New("not signed by this reconciler's key")
-	}
-	st, err := env.Statement()
-	if err != nil {
-		return err
-	}
+	st := ver.Statement
 	if st.PredicateType != predicateType {
 		return fmt.Errorf("predicate type %q, want %q", st.PredicateType, predicateType)
 	}

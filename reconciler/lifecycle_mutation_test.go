@@ -338,5 +338,6 @@ func TestEvidenceSignedByAnotherKeyIsNotTrusted(t *testing.T) {
 	be := &fakeBackend{run: reportingBackend(nil)}
 	sum, err := h.reconciler(t, be).runCheck(t.Context(), h.runState(), 0, ck, false)
 	assert.NotEqual(t, specs.VerdictPass, sum.Verdict, "check evidence signed by another key was taken as the check's verdict")
-	assert.ErrorContains(t, err, "not signed by this reconciler's key")
+	assert.ErrorIs(t, err, signing.ErrVerification)
+	assert.ErrorContains(t, err, "which is not this reconciler's key")
 }

@@ -61,14 +61,8 @@ func LoadSecrets(cfg *Config) (*Secrets, error) {
 	errs = append(errs, err)
 	s.Webhooks.GitLab, err = read("webhook.gitlabTokenFile", cfg.Webhook.GitLabTokenFile)
 	errs = append(errs, err)
-	pp, err := read("passphraseFile", cfg.PassphraseFile)
+	s.Passphrase, err = signing.ReadPassphrase(cfg.PassphraseFile, cfg.PassphraseEnv)
 	errs = append(errs, err)
-	if pp == "" && cfg.PassphraseEnv != "" {
-		pp = os.Getenv(cfg.PassphraseEnv)
-	}
-	if pp != "" {
-		s.Passphrase = []byte(pp)
-	}
 	return &s, errors.Join(errs...)
 }
 

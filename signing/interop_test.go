@@ -130,7 +130,7 @@ func TestCommitSignatureGate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := VerifyCommit(tc.raw, tc.policy.Signers(RoleCommitSigner), time.Now())
-			require.ErrorIs(t, err, ErrVerification)
+			require.ErrorIs(t, err, ErrVerification, "%s must be refused", tc.name)
 			var ve *VerifyError
 			require.ErrorAs(t, err, &ve)
 			assert.Equal(t, tc.kind, ve.Kind)

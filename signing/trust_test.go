@@ -160,7 +160,7 @@ func TestVerifyDSSE(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := VerifyDSSE(tc.env, p.Signers(RoleEvidenceSigner), tc.at)
-			require.ErrorIs(t, err, ErrVerification)
+			require.ErrorIs(t, err, ErrVerification, "%s must be refused", tc.name)
 			var ve *VerifyError
 			require.ErrorAs(t, err, &ve)
 			assert.Equal(t, tc.kind, ve.Kind)

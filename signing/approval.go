@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -121,6 +122,7 @@ type Approval struct {
 	SignedAt time.Time
 
 	subjects map[string]specs.Digest
+	signed   Envelope // the envelope as parsed: what Verify checks, whatever a caller does to Envelope
 
 	mu         sync.Mutex
 	verifiedBy *TrustPolicy // the policy verified was computed against
@@ -171,6 +173,8 @@ func ParseApproval(path string, b []byte) (*Approval, error) {
 		}
 		a.subjects[s.Name] = s.SubjectDigest()
 	}
+	a.signed = *env
+	a.signed.Signatures = slices.Clone(env.Signatures)
 	return a, nil
 }
 
@@ -422,7 +426,7 @@ func (a *Approval) Verify(p *TrustPolicy) (*VerifiedApproval, error) {
 func (a *Approval) verify(p *TrustPolicy) *VerifiedApproval {
 	v := &VerifiedApproval{}
 	found := map[string]bool{}
-	for i, c := range a.Envelope.checkSignatures(p.Approvers()) {
+	for i, c := range a.signed.checkSignatures(p.Approvers()) {
 		if c.key != nil {
 			if !found[c.key.id] {
 				found[c.key.id] = true
@@ -430,7 +434,7 @@ func (a *Approval) verify(p *TrustPolicy) *VerifiedApproval {
 			}
 			continue
 		}
-		s := a.Envelope.Signatures[i]
+		s := a.signed.Signatures[i]
 		var r *VerifyError
 		switch {
 		case s.KeyID != "" && c.hinted:

@@ -338,3 +338,27 @@ func signedOverPayloadType(t *testing.T, payloadType string, subjects []Subject,
 	require.NoError(t, err)
 	return a
 }
+
+// TestApprovalVerifyAsParsed: Verify checks the envelope an approval was
+// parsed from; an approver's signature of another statement put into its
+// Envelope afterwards never approves the subjects it was parsed with.
+func TestApprovalVerifyAsParsed(t *testing.T) {
+	alice := testKey(t, "a", AlgorithmECDSAP256)
+	mallory := testKey(t, "m", AlgorithmECDSAP256)
+	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
+	policy := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, nil)
+	const prof = "CertificationProfile/h100"
+	forged := approval(t, []Subject{SubjectFor(prof, digestOf("v1"))}, ApprovalPredicate{}, mallory)
+	genuine := approval(t, []Subject{SubjectFor("CertificationProfile/other", digestOf("v1"))}, ApprovalPredicate{}, alice)
+	forged.Envelope.Payload, forged.Envelope.Signatures = genuine.Envelope.Payload, genuine.Envelope.Signatures
+
+	v, err := forged.Verify(policy)
+	require.NotNil(t, v)
+	assert.Empty(t, v.Keys, "a signature put into Envelope after parsing must not count")
+	assert.ErrorIs(t, err, ErrVerification)
+	assert.False(t, policy.Decide(prof, digestOf("v1"), []*Approval{forged}, "", testNow).Approved)
+
+	v, err = genuine.Verify(policy)
+	require.NoError(t, err)
+	assert.Equal(t, []string{alice.KeyID()}, v.Keys)
+}

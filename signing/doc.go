@@ -79,6 +79,17 @@
 // approval never counts when no cluster is given. Decide never executes
 // anything and never fails: everything that did not count becomes a reason.
 //
+// # Verification
+//
+// One verifier per role: VerifyDSSE (documents signed by evidence signers,
+// or by a key the caller holds), VerifyCommit (SSH-signed commits,
+// namespace "git") and Approval.Verify (approvers; Decide uses its result).
+// A signature that does not count is a *VerifyError: it matches
+// ErrVerification, unwraps to its cause, and its Kind (unsigned, malformed,
+// bad signature, unknown key, key not allowed, key not valid) is what
+// callers decide on. Input that cannot be parsed is a plain error, never a
+// verification failure.
+//
 // This package does not render specs, fetch anything, or read the trust
 // policy from a spec repository.
 package signing

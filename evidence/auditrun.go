@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,21 +16,12 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// Run phases derived from the documents a run directory holds.
-const (
-	PhaseUnknown  = "Unknown"
-	PhaseAdmitted = "Admitted"
-	PhaseChecking = "Checking"
-	PhaseEvidence = "Evidence"
-	PhaseDone     = "Done"
-)
-
 // RunReport is what the branch says about one run, as audited.
 type RunReport struct {
 	Cluster    string        `json:"cluster"`
 	Run        string        `json:"run"`
 	Dir        string        `json:"dir"`
-	Phase      string        `json:"phase"`
+	Phase      Phase         `json:"phase"`
 	Verdict    specs.Verdict `json:"verdict,omitempty"`
 	Canceled   bool          `json:"canceled,omitempty"`
 	Released   bool          `json:"released,omitempty"`
@@ -104,6 +93,9 @@ type runAudit struct {
 	receipt  *Receipt
 	rcFile   *fileRec
 	checks   []*CheckEvidence
+	// present are the kinds of the run's documents that are there and
+	// decode (intents and check evidence: that are there): its phase.
+	present  []FileKind
 	report   RunReport
 	signers  map[string]bool
 	approver map[string]bool
@@ -199,7 +191,7 @@ func (r *runAudit) bind(from, p string, d specs.Digest) *fileRec {
 	if !ok {
 		// By the path alone: runs are checked as their receipts land,
 		// before the files of later runs are read.
-		if strings.HasPrefix(p, "runs/") && strings.Count(p, "/") >= 7 {
+		if rp, ok := ParsePath(p); ok && rp.InRun() {
 			r.add(RuleCopiedDocument, from, fmt.Sprintf("binds %s, a file of another run's directory", p))
 		} else {
 			r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s, which is outside the run directory", p))
@@ -276,11 +268,6 @@ func (r *runAudit) sameRun(rel, run, cluster string) bool {
 	return true
 }
 
-var (
-	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	checkRE    = regexp.MustCompile(`^checks/([0-9]{2})-([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(\.intent)?\.json$`)
-)
-
 // checkAll runs every check that needs the whole branch read.
 func (a *auditor) checkAll() {
 	// Signature verdicts of every version of every signed document.
@@ -304,10 +291,10 @@ func (a *auditor) checkAll() {
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
 	for _, p := range paths {
-		parts := strings.Split(p, "/")
-		switch parts[0] {
+		top, _, _ := strings.Cut(p, "/")
+		switch top {
 		case "runs":
-			if len(parts) < 8 {
+			if rp, ok := ParsePath(p); !ok || !rp.InRun() {
 				a.add(Finding{Rule: RuleLayout, Path: p, Message: "not inside a run directory runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/"})
 			}
 		case "ids", "chain":
@@ -361,13 +348,14 @@ func (a *auditor) checkRuns(runs []*runAudit) {
 
 // check audits one run directory.
 func (r *runAudit) check() {
-	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir, Phase: PhaseUnknown}
-	parts := strings.Split(r.dir, "/")
+	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir}
+	defer func() { r.report.Phase = PhaseOf(r.present...) }()
+	at, _ := ParsePath(r.dir)
 	if !dnsLabelRE.MatchString(r.cluster) {
 		r.add(RuleLayout, "", fmt.Sprintf("cluster %q is not a DNS label", r.cluster))
 	}
-	if parts[5] != Shard(r.id) {
-		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", parts[5], r.id, Shard(r.id)))
+	if at.Shard != Shard(r.id) {
+		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", at.Shard, r.id, Shard(r.id)))
 	}
 	r.admFile = r.file(AdmissionFile)
 	var adm Admission
@@ -379,7 +367,7 @@ func (r *runAudit) check() {
 		return
 	}
 	r.adm, r.admitted = &adm, true
-	r.report.Phase = PhaseAdmitted
+	r.present = append(r.present, KindAdmission)
 	r.report.Profile = adm.Profile.Name
 	r.report.SpecCommit = adm.SpecCommit
 	r.report.AdmittedAt, r.report.Deadline = adm.AdmittedAt, adm.RunDeadline
@@ -436,7 +424,7 @@ func (r *runAudit) checkAdmission() {
 	if want := adm.AdmittedAt.Add(adm.ProfileObject.RunDeadline()); !adm.RunDeadline.Equal(want) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("runDeadline %s is not admittedAt plus the profile's derived run deadline (%s)", adm.RunDeadline.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339)))
 	}
-	subjects := []signing.Subject{signing.SubjectFor(adm.Request.Kind+"/"+adm.Request.Name, adm.Request.Digest)}
+	subjects := []signing.Subject{signing.SubjectFor(adm.Request.Subject(), adm.Request.Digest)}
 	seen := map[string]bool{}
 	for i, p := range adm.Participants {
 		if p.Index != i || seen[p.Node] {
@@ -469,7 +457,7 @@ func (r *runAudit) checkAdmission() {
 	r.subjectsMatch(rel, r.admFile, append(subjects, r.subjects...))
 	approvals := r.approvals(rel, adm.Approvals)
 	for _, o := range []ObjectRef{adm.Request, adm.Profile} {
-		d := r.a.policy.Decide(o.Kind+"/"+o.Name, o.Digest, approvals, r.cluster, adm.AdmittedAt)
+		d := r.a.policy.Decide(o.Subject(), o.Digest, approvals, r.cluster, adm.AdmittedAt)
 		r.decided(rel, d)
 	}
 }
@@ -482,7 +470,7 @@ func (r *runAudit) approvals(rel string, refs []FileRef) []*signing.Approval {
 		if f == nil || f.doc == nil || f.doc.approval == nil {
 			continue
 		}
-		if !strings.HasPrefix(ref.Path, path.Join(r.dir, "approvals")+"/") {
+		if rp, _ := ParsePath(ref.Path); rp.Kind != KindApproval {
 			r.add(RuleLayout, rel, fmt.Sprintf("approval copy %s is not under approvals/", ref.Path))
 		}
 		arel, _ := r.rel(ref.Path)
@@ -508,14 +496,13 @@ func (r *runAudit) checkChecks() {
 		if !strings.HasPrefix(rel, "checks/") {
 			continue
 		}
-		m := checkRE.FindStringSubmatch(rel)
-		if m == nil {
+		rp, _ := ParsePath(path.Join(r.dir, rel))
+		if rp.Kind != KindCheck && rp.Kind != KindCheckIntent {
 			r.add(RuleLayout, rel, "not checks/NN-<check>.json or checks/NN-<check>.intent.json")
 			continue
 		}
-		i, _ := strconv.Atoi(m[1])
-		if i >= len(prof) || prof[i].Name != m[2] {
-			r.add(RuleLayout, rel, fmt.Sprintf("the admitted profile has no check %q at index %d", m[2], i))
+		if i := rp.Index; i >= len(prof) || prof[i].Name != rp.Check {
+			r.add(RuleLayout, rel, fmt.Sprintf("the admitted profile has no check %q at index %d", rp.Check, i))
 		}
 	}
 	var prevEv *fileRec
@@ -528,18 +515,13 @@ func (r *runAudit) checkChecks() {
 		intentF, evF := r.file(irel), r.file(erel)
 		cr.Intent, cr.Evidence = intentF != nil, evF != nil
 		if intentF != nil {
-			r.report.Phase = PhaseChecking
+			r.present = append(r.present, KindCheckIntent)
 			var in CheckIntent
 			if r.decode(irel, intentF, PredicateCheckIntent, &in) && r.sameRun(irel, in.Run, "") {
 				if in.Check != ck.Name || in.Index != i || in.Backend != string(ck.Backend) {
 					r.add(RuleLayout, irel, fmt.Sprintf("intent of check %q (index %d, backend %s), but the admitted check %d is %q (backend %s)", in.Check, in.Index, in.Backend, i, ck.Name, ck.Backend))
 				}
-				var script specs.Digest
-				for _, bf := range r.adm.Bundle.Files {
-					if bf.Path == ck.Script {
-						script = bf.Digest
-					}
-				}
+				script, _ := r.adm.ScriptDigest(ck.Script)
 				r.bindValue(irel, "script "+ck.Script, in.ScriptDigest, script)
 				r.subjectsMatch(irel, intentF, r.subjects)
 			}
@@ -550,6 +532,7 @@ func (r *runAudit) checkChecks() {
 			r.notBefore(irel, intentF, prevRel, prevEv)
 		}
 		if evF != nil {
+			r.present = append(r.present, KindCheck)
 			var ce CheckEvidence
 			if intentF == nil {
 				r.add(RuleLifecycleOrder, erel, "check evidence without its intent")
@@ -566,7 +549,6 @@ func (r *runAudit) checkChecks() {
 				}
 				r.bind(erel, ce.Intent.Path, ce.Intent.Digest)
 				r.subjectsMatch(erel, evF, r.subjects)
-				logDir := path.Join(r.dir, "logs", fmt.Sprintf("%02d-%s", i, ck.Name)) + "/"
 				allPass := len(ce.Participants) > 0
 				for _, po := range ce.Participants {
 					if !slices.ContainsFunc(r.adm.Participants, func(p Participant) bool { return p.Node == po.Node }) {
@@ -575,8 +557,8 @@ func (r *runAudit) checkChecks() {
 					cr.Participants = append(cr.Participants, NodeReport{Node: po.Node, UID: po.Identity.NodeUID, Verdict: po.Verdict, Reason: po.Reason})
 					allPass = allPass && po.Verdict == specs.VerdictPass
 					for _, l := range po.Logs {
-						if !strings.HasPrefix(l.Path, logDir) {
-							r.add(RuleLayout, erel, fmt.Sprintf("log %s is not under %s", l.Path, logDir))
+						if lp, _ := ParsePath(l.Path); lp.Kind != KindLog || lp.Index != i || lp.Check != ck.Name {
+							r.add(RuleLayout, erel, fmt.Sprintf("log %s is not a log of check %02d-%s", l.Path, i, ck.Name))
 						}
 						if lf := r.bind(erel, l.Path, l.Digest); lf != nil {
 							lrel, _ := r.rel(l.Path)
@@ -613,7 +595,7 @@ func (r *runAudit) checkEvidence() {
 		return
 	}
 	r.ev = &ev
-	r.report.Phase = PhaseEvidence
+	r.present = append(r.present, KindEvidence)
 	r.report.Verdict, r.report.Canceled, r.report.EndedAt = ev.Verdict, ev.Canceled, ev.EndedAt
 	if ev.Admission.Path != path.Join(r.dir, AdmissionFile) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("binds admission %s, not this run's", ev.Admission.Path))
@@ -746,7 +728,7 @@ func (r *runAudit) checkReceipt() {
 		return
 	}
 	r.receipt = &rc
-	r.report.Phase = PhaseDone
+	r.present = append(r.present, KindReceipt)
 	r.report.ReceiptSequence = rc.Sequence
 	evPath := path.Join(r.dir, EvidenceFile)
 	if rc.Evidence.Path != evPath {
@@ -829,18 +811,18 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 	sort.Strings(paths)
 	pointed := map[string]bool{}
 	for _, p := range paths {
-		parts := strings.Split(p, "/")
+		rp, ok := ParsePath(p)
 		f := a.files[p]
 		fail := func(msg string) {
-			a.add(Finding{Rule: RuleIndex, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: msg})
+			a.add(Finding{Rule: RuleIndex, Run: rp.Run, Path: p, Commit: f.commit.hash.String(), Message: msg})
 		}
-		if len(parts) != 4 {
+		if !ok || rp.Kind != KindIndex {
 			fail("not ids/<cluster>/<xx>/<run>")
 			continue
 		}
-		cluster, shard, run := parts[1], parts[2], parts[3]
-		if shard != Shard(run) {
-			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", shard, run, Shard(run)))
+		cluster, run := rp.Cluster, rp.Run
+		if rp.Shard != Shard(run) {
+			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", rp.Shard, run, Shard(run)))
 		}
 		dir := strings.TrimSuffix(string(f.data), "\n")
 		r := runs[dir]
@@ -895,14 +877,11 @@ func (a *auditor) checkCopies() {
 }
 
 func runDirOf(p string) string {
-	parts := strings.Split(p, "/")
-	if len(parts) < 7 {
-		return p
+	if rp, ok := ParsePath(p); ok && rp.InRun() {
+		return rp.Dir()
 	}
-	return strings.Join(parts[:7], "/")
+	return p
 }
-
-var chainNameRE = regexp.MustCompile(`^[0-9]{12}$`)
 
 // checkChains audits every cluster's receipt chain: links 1..N without a
 // gap, one receipt per sequence number, each linking the one before.
@@ -921,14 +900,14 @@ func (a *auditor) checkChains() {
 		fail := func(msg string) {
 			a.add(Finding{Rule: RuleReceiptChain, Path: p, Commit: f.commit.hash.String(), Message: msg})
 		}
-		parts := strings.Split(p, "/")
-		if len(parts) != 4 || !chainNameRE.MatchString(parts[3]) {
-			fail("not chain/<cluster>/<bucket>/<12-digit sequence>")
+		rp, ok := ParsePath(p)
+		if !ok || rp.Kind != KindChainLink {
+			fail("not chain/<cluster>/<sequence/10000 in 8 digits>/<12-digit sequence>")
 			continue
 		}
-		seq, _ := strconv.ParseInt(parts[3], 10, 64)
-		if ChainPath(parts[1], seq) != p || seq < 1 {
-			fail(fmt.Sprintf("sequence %d belongs at %s", seq, ChainPath(parts[1], seq)))
+		seq := rp.Seq
+		if seq < 1 {
+			fail(fmt.Sprintf("sequence %d: sequences start at 1", seq))
 			continue
 		}
 		var l ChainLink
@@ -936,10 +915,10 @@ func (a *auditor) checkChains() {
 			fail("link does not decode: " + err.Error())
 			continue
 		}
-		if links[parts[1]] == nil {
-			links[parts[1]] = map[int64]*link{}
+		if links[rp.Cluster] == nil {
+			links[rp.Cluster] = map[int64]*link{}
 		}
-		links[parts[1]][seq] = &link{seq: seq, path: p, f: f, l: l}
+		links[rp.Cluster][seq] = &link{seq: seq, path: p, f: f, l: l}
 	}
 	receipts := map[string][]*runAudit{}
 	for _, r := range a.runs {
@@ -983,7 +962,7 @@ func (a *auditor) checkChains() {
 			}
 			rf := a.files[l.l.Receipt.Path]
 			switch {
-			case path.Base(l.l.Receipt.Path) != ReceiptFile || runOfPath(l.l.Receipt.Path) != l.l.Run || !strings.HasPrefix(l.l.Receipt.Path, "runs/"+c+"/"):
+			case !isReceiptOf(l.l.Receipt.Path, c, l.l.Run):
 				fail(fmt.Sprintf("links %s, not the receipt of run %s of cluster %s", l.l.Receipt.Path, l.l.Run, c))
 				continue
 			case rf == nil:
@@ -1056,6 +1035,12 @@ func (a *auditor) checkChains() {
 			}
 		}
 	}
+}
+
+// isReceiptOf reports whether p is the receipt of run of cluster.
+func isReceiptOf(p, cluster, run string) bool {
+	rp, ok := ParsePath(p)
+	return ok && rp.Kind == KindReceipt && rp.Cluster == cluster && rp.Run == run
 }
 
 func seqGroups(m map[int64][]*runAudit) map[string][]*runAudit {

@@ -62,6 +62,10 @@ const (
 	// RuleVerdict: a recorded verdict is not what the documents it sums
 	// up imply.
 	RuleVerdict = "verdict"
+	// RuleRunSummary: the run evidence (evidence.json) is not exactly
+	// Summarize of the run's check documents and cancel: its run verdict,
+	// per-check or per-node verdicts or coverage say something else.
+	RuleRunSummary = "run-summary"
 	// RuleReceiptChain: a gap, fork or broken link in a cluster's receipt
 	// chain.
 	RuleReceiptChain = "receipt-chain"

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -603,16 +605,9 @@ func (r *runAudit) checkEvidence() {
 	r.bind(rel, ev.Admission.Path, ev.Admission.Digest)
 	r.subjectsMatch(rel, r.evFile, r.subjects)
 	prof := r.adm.ProfileObject.Spec.Checks
-	if len(ev.Checks) != len(prof) {
-		r.add(RuleVerdict, rel, fmt.Sprintf("sums up %d checks, the admitted profile has %d", len(ev.Checks), len(prof)))
-	}
-	var verdicts []specs.Verdict
-	skipped := false
 	for i, s := range ev.Checks {
-		verdicts = append(verdicts, s.Verdict)
 		if i >= len(prof) || s.Index != i || s.Check != prof[i].Name {
-			r.add(RuleVerdict, rel, fmt.Sprintf("checks[%d] is %q (index %d), not the admitted check", i, s.Check, s.Index))
-			continue
+			continue // not the admitted check: checkSummary says so
 		}
 		erel := strings.TrimPrefix(CheckPath(r.dir, i, s.Check), r.dir+"/")
 		irel := strings.TrimPrefix(CheckIntentPath(r.dir, i, s.Check), r.dir+"/")
@@ -621,7 +616,6 @@ func (r *runAudit) checkEvidence() {
 			r.report.Checks[i].Verdict, r.report.Checks[i].Skipped = s.Verdict, s.Skipped
 		}
 		if s.Skipped {
-			skipped = true
 			if f := r.file(irel); f != nil && f.landed.index <= r.evFile.landed.index {
 				r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as skipped, but its intent is on the branch", s.Check))
 			}
@@ -639,44 +633,72 @@ func (r *runAudit) checkEvidence() {
 		} else if r.file(erel) == nil {
 			r.add(RuleLifecycleOrder, rel, fmt.Sprintf("run evidence without the evidence of check %s", s.Check))
 		}
-		if ce := r.checks[i]; ce != nil && ce.Verdict != s.Verdict {
-			r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as %s, its evidence says %s", s.Check, s.Verdict, ce.Verdict))
-		}
-	}
-	cancel := r.file(CancelFile)
-	canceled := cancel != nil && cancel.landed.index <= r.evFile.landed.index
-	if ev.Canceled != canceled {
-		r.add(RuleVerdict, rel, fmt.Sprintf("canceled is %t, but a cancel document landed before it: %t", ev.Canceled, canceled))
-	}
-	if want := specs.RunVerdict(ev.Canceled, verdicts); ev.Verdict != want {
-		r.add(RuleVerdict, rel, fmt.Sprintf("run verdict %s, the checks imply %s", ev.Verdict, want))
 	}
 	for _, n := range ev.Nodes {
-		i := slices.IndexFunc(r.report.Nodes, func(x NodeReport) bool { return x.Node == n.Node })
-		if i < 0 {
-			r.add(RuleVerdict, rel, fmt.Sprintf("verdict for node %q, which is not a participant", n.Node))
-			continue
-		}
-		r.report.Nodes[i].Verdict = n.Verdict
-		if n.Verdict != specs.VerdictPass {
-			continue
-		}
-		ok := !skipped && len(ev.Checks) == len(prof)
-		for i, ce := range r.checks {
-			if ce == nil && i < len(r.report.Checks) && r.report.Checks[i].Evidence {
-				continue // present but did not verify: reported already
-			}
-			ok = ok && ce != nil && slices.ContainsFunc(ce.Participants, func(po ParticipantOutcome) bool {
-				return po.Node == n.Node && po.Verdict == specs.VerdictPass
-			})
-		}
-		if !ok {
-			r.add(RuleVerdict, rel, fmt.Sprintf("node %s recorded as Pass, but not every check covering it passed", n.Node))
+		if i := slices.IndexFunc(r.report.Nodes, func(x NodeReport) bool { return x.Node == n.Node }); i >= 0 {
+			r.report.Nodes[i].Verdict = n.Verdict
 		}
 	}
-	if len(ev.Nodes) != len(r.adm.Participants) {
-		r.add(RuleVerdict, rel, fmt.Sprintf("%d node verdicts for %d participants", len(ev.Nodes), len(r.adm.Participants)))
+	r.checkSummary(&ev)
+}
+
+// checkSummary requires the run evidence to be exactly what Summarize
+// makes of the check documents that landed before it, and of whether a
+// cancel did (RuleRunSummary): the writer's own function, not a second
+// derivation. It is silent when one of those check documents did not
+// verify or decode: that is reported on its own.
+func (r *runAudit) checkSummary(ev *RunEvidence) {
+	prof := r.adm.ProfileObject.Spec.Checks
+	docs := make([]*CheckDoc, len(prof))
+	for i, ck := range prof {
+		p := CheckPath(r.dir, i, ck.Name)
+		f := r.file(strings.TrimPrefix(p, r.dir+"/"))
+		if f == nil || f.landed.index > r.evFile.landed.index {
+			continue
+		}
+		if r.checks[i] == nil {
+			return
+		}
+		docs[i] = &CheckDoc{File: FileRef{Path: p, Digest: f.digest}, Evidence: *r.checks[i]}
 	}
+	cancel := r.file(CancelFile)
+	want := Summarize(r.adm, docs, cancel != nil && cancel.landed.index <= r.evFile.landed.index)
+	want.Admission, want.EndedAt = ev.Admission, ev.EndedAt
+	if diff := summaryDiff(*ev, want); len(diff) > 0 {
+		r.add(RuleRunSummary, EvidenceFile, "not the summary of the run's check documents: "+strings.Join(diff, "; "))
+	}
+}
+
+// summaryDiff lists how got differs from want, field by field.
+func summaryDiff(got, want RunEvidence) []string {
+	var out []string
+	field := func(name string, g, w any) {
+		gb, _ := json.Marshal(g)
+		wb, _ := json.Marshal(w)
+		if !bytes.Equal(gb, wb) {
+			out = append(out, fmt.Sprintf("%s is %s, want %s", name, gb, wb))
+		}
+	}
+	field("run", got.Run, want.Run)
+	field("cluster", got.Cluster, want.Cluster)
+	field("verdict", got.Verdict, want.Verdict)
+	field("canceled", got.Canceled, want.Canceled)
+	field("covered", got.Covered, want.Covered)
+	for i := range max(len(got.Checks), len(want.Checks)) {
+		field(fmt.Sprintf("checks[%d]", i), at(got.Checks, i), at(want.Checks, i))
+	}
+	for i := range max(len(got.Nodes), len(want.Nodes)) {
+		field(fmt.Sprintf("nodes[%d]", i), at(got.Nodes, i), at(want.Nodes, i))
+	}
+	return out
+}
+
+// at is s[i], nil past its end.
+func at[T any](s []T, i int) *T {
+	if i < len(s) {
+		return &s[i]
+	}
+	return nil
 }
 
 func (r *runAudit) checkAction(rel, predicate, action string) {

@@ -478,7 +478,7 @@ func (r *Reconciler) cancelRun(ctx context.Context, p *pass, o *specs.Object, rs
 	if ok, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.EvidenceFile)); err != nil || ok {
 		return ok, err
 	}
-	subject := signing.SubjectName(specs.KindRequest, o.Name, signing.ActionCancel)
+	subject := signing.SubjectName(specs.KindRequest, o.Name, "cancel")
 	d := p.decide(subject, rs.adm.Request.Digest)
 	if !d.Approved {
 		return false, nil
@@ -510,7 +510,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 		}
 		return ok, err
 	}
-	subject := signing.SubjectName(specs.KindRequest, o.Name, signing.ActionRelease)
+	subject := signing.SubjectName(specs.KindRequest, o.Name, "release")
 	d := p.decide(subject, rs.adm.Request.Digest)
 	if !d.Approved {
 		return false, nil

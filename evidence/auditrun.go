@@ -407,10 +407,10 @@ func (r *runAudit) checkAdmission() {
 		r.add(RuleLayout, rel, fmt.Sprintf("admitted at %s, so the run belongs in %s", adm.AdmittedAt.UTC().Format(time.RFC3339), want))
 	}
 	if adm.Request.Kind != specs.KindRequest || adm.Request.Name != r.id {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("request %s/%s is not %s/%s", adm.Request.Kind, adm.Request.Name, specs.KindRequest, r.id))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("request %s is not %s", adm.Request.Subject(), specs.SubjectName(specs.KindRequest, r.id, "")))
 	}
 	if adm.Profile.Kind != specs.KindProfile || adm.Profile.Name != adm.RequestObject.Spec.Profile {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("profile %s/%s is not the request's profile %q", adm.Profile.Kind, adm.Profile.Name, adm.RequestObject.Spec.Profile))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("profile %s is not the request's profile %q", adm.Profile.Subject(), adm.RequestObject.Spec.Profile))
 	}
 	if c, err := specs.CanonicalRequest(&adm.RequestObject); err == nil {
 		r.bindValue(rel, "requestObject", adm.Request.Digest, specs.DigestOf(c))
@@ -715,7 +715,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
 	}
 	if act.Request != r.adm.Request {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s/%s %s, the run admitted %s", act.Request.Kind, act.Request.Name, act.Request.Digest, r.adm.Request.Digest))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
 	}
 	subject := signing.SubjectName(specs.KindRequest, r.id, action)
 	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})

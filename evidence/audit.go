@@ -62,6 +62,10 @@ const (
 	// RuleVerdict: a recorded verdict is not what the documents it sums
 	// up imply.
 	RuleVerdict = "verdict"
+	// RuleRunSummary: the run evidence (evidence.json) is not exactly
+	// Summarize of the run's check documents and cancel: its run verdict,
+	// per-check or per-node verdicts or coverage say something else.
+	RuleRunSummary = "run-summary"
 	// RuleReceiptChain: a gap, fork or broken link in a cluster's receipt
 	// chain.
 	RuleReceiptChain = "receipt-chain"
@@ -771,14 +775,14 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 // receipt closes the run; a file added to a run already checked reopens
 // it.
 func (a *auditor) addToRun(p string, f *fileRec) error {
-	parts := strings.Split(p, "/")
-	if parts[0] != "runs" || len(parts) < 8 {
+	rp, ok := ParsePath(p)
+	if !ok || !rp.InRun() {
 		return nil
 	}
-	dir := strings.Join(parts[:7], "/")
+	dir := rp.Dir()
 	r := a.runsByDir[dir]
 	if r == nil {
-		r = newRunAudit(a, parts[1], parts[6], dir, map[string]*fileRec{})
+		r = newRunAudit(a, rp.Cluster, rp.Run, dir, map[string]*fileRec{})
 		a.runsByDir[dir] = r
 	} else if r.checked {
 		var err error
@@ -786,8 +790,7 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 			return err
 		}
 	}
-	rel := strings.Join(parts[7:], "/")
-	r.files[rel] = f
+	r.files[rp.Rel()] = f
 	if r.files[ReceiptFile] != nil && !r.queued {
 		r.queued = true
 		a.closed = append(a.closed, r)
@@ -851,27 +854,28 @@ const (
 	kindChain
 )
 
-// classify tells what the layout makes of path p.
+// classify tells what the layout makes of path p. Everything under ids/
+// and chain/ is read as an index entry or link, so that checkIndex and
+// checkChains report what is malformed there; any other .json file of a
+// run directory is read as a signed document.
 func classify(p string) int {
-	parts := strings.Split(p, "/")
-	switch parts[0] {
+	switch top, _, _ := strings.Cut(p, "/"); top {
 	case "ids":
 		return kindIndex
 	case "chain":
 		return kindChain
-	case "runs":
-		// runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/<rest…>
-		if len(parts) < 8 {
-			return kindOther
-		}
-		switch parts[7] {
-		case "nodes":
-			return kindNode
-		case "logs":
-			return kindLog
-		case "approvals":
-			return kindApproval
-		}
+	}
+	rp, _ := ParsePath(p)
+	switch rp.Kind {
+	case KindNode:
+		return kindNode
+	case KindLog:
+		return kindLog
+	case KindApproval:
+		return kindApproval
+	case KindAdmission, KindCheckIntent, KindCheck, KindEvidence, KindCancel, KindRelease, KindReceipt:
+		return kindDocument
+	case KindRunFile:
 		if strings.HasSuffix(p, ".json") {
 			return kindDocument
 		}
@@ -882,14 +886,8 @@ func classify(p string) int {
 // runOfPath returns the run ID a path of the layout belongs to, "" when
 // none.
 func runOfPath(p string) string {
-	parts := strings.Split(p, "/")
-	switch {
-	case parts[0] == "runs" && len(parts) >= 7:
-		return parts[6]
-	case parts[0] == "ids" && len(parts) == 4:
-		return parts[3]
-	}
-	return ""
+	rp, _ := ParsePath(p)
+	return rp.Run
 }
 
 func shortHash(h string) string {

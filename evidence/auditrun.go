@@ -1,13 +1,13 @@
 package evidence
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,21 +18,12 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// Run phases derived from the documents a run directory holds.
-const (
-	PhaseUnknown  = "Unknown"
-	PhaseAdmitted = "Admitted"
-	PhaseChecking = "Checking"
-	PhaseEvidence = "Evidence"
-	PhaseDone     = "Done"
-)
-
 // RunReport is what the branch says about one run, as audited.
 type RunReport struct {
 	Cluster    string        `json:"cluster"`
 	Run        string        `json:"run"`
 	Dir        string        `json:"dir"`
-	Phase      string        `json:"phase"`
+	Phase      Phase         `json:"phase"`
 	Verdict    specs.Verdict `json:"verdict,omitempty"`
 	Canceled   bool          `json:"canceled,omitempty"`
 	Released   bool          `json:"released,omitempty"`
@@ -104,6 +95,9 @@ type runAudit struct {
 	receipt  *Receipt
 	rcFile   *fileRec
 	checks   []*CheckEvidence
+	// present are the kinds of the run's documents that are there and
+	// decode (intents and check evidence: that are there): its phase.
+	present  []FileKind
 	report   RunReport
 	signers  map[string]bool
 	approver map[string]bool
@@ -199,7 +193,7 @@ func (r *runAudit) bind(from, p string, d specs.Digest) *fileRec {
 	if !ok {
 		// By the path alone: runs are checked as their receipts land,
 		// before the files of later runs are read.
-		if strings.HasPrefix(p, "runs/") && strings.Count(p, "/") >= 7 {
+		if rp, ok := ParsePath(p); ok && rp.InRun() {
 			r.add(RuleCopiedDocument, from, fmt.Sprintf("binds %s, a file of another run's directory", p))
 		} else {
 			r.add(RuleDigestBinding, from, fmt.Sprintf("binds %s, which is outside the run directory", p))
@@ -276,11 +270,6 @@ func (r *runAudit) sameRun(rel, run, cluster string) bool {
 	return true
 }
 
-var (
-	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	checkRE    = regexp.MustCompile(`^checks/([0-9]{2})-([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(\.intent)?\.json$`)
-)
-
 // checkAll runs every check that needs the whole branch read.
 func (a *auditor) checkAll() {
 	// Signature verdicts of every version of every signed document.
@@ -304,10 +293,10 @@ func (a *auditor) checkAll() {
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
 	for _, p := range paths {
-		parts := strings.Split(p, "/")
-		switch parts[0] {
+		top, _, _ := strings.Cut(p, "/")
+		switch top {
 		case "runs":
-			if len(parts) < 8 {
+			if rp, ok := ParsePath(p); !ok || !rp.InRun() {
 				a.add(Finding{Rule: RuleLayout, Path: p, Message: "not inside a run directory runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/"})
 			}
 		case "ids", "chain":
@@ -361,13 +350,14 @@ func (a *auditor) checkRuns(runs []*runAudit) {
 
 // check audits one run directory.
 func (r *runAudit) check() {
-	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir, Phase: PhaseUnknown}
-	parts := strings.Split(r.dir, "/")
+	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir}
+	defer func() { r.report.Phase = PhaseOf(r.present...) }()
+	at, _ := ParsePath(r.dir)
 	if !dnsLabelRE.MatchString(r.cluster) {
 		r.add(RuleLayout, "", fmt.Sprintf("cluster %q is not a DNS label", r.cluster))
 	}
-	if parts[5] != Shard(r.id) {
-		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", parts[5], r.id, Shard(r.id)))
+	if at.Shard != Shard(r.id) {
+		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", at.Shard, r.id, Shard(r.id)))
 	}
 	r.admFile = r.file(AdmissionFile)
 	var adm Admission
@@ -379,7 +369,7 @@ func (r *runAudit) check() {
 		return
 	}
 	r.adm, r.admitted = &adm, true
-	r.report.Phase = PhaseAdmitted
+	r.present = append(r.present, KindAdmission)
 	r.report.Profile = adm.Profile.Name
 	r.report.SpecCommit = adm.SpecCommit
 	r.report.AdmittedAt, r.report.Deadline = adm.AdmittedAt, adm.RunDeadline
@@ -417,10 +407,10 @@ func (r *runAudit) checkAdmission() {
 		r.add(RuleLayout, rel, fmt.Sprintf("admitted at %s, so the run belongs in %s", adm.AdmittedAt.UTC().Format(time.RFC3339), want))
 	}
 	if adm.Request.Kind != specs.KindRequest || adm.Request.Name != r.id {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("request %s/%s is not %s/%s", adm.Request.Kind, adm.Request.Name, specs.KindRequest, r.id))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("request %s is not %s", adm.Request.Subject(), specs.SubjectName(specs.KindRequest, r.id, "")))
 	}
 	if adm.Profile.Kind != specs.KindProfile || adm.Profile.Name != adm.RequestObject.Spec.Profile {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("profile %s/%s is not the request's profile %q", adm.Profile.Kind, adm.Profile.Name, adm.RequestObject.Spec.Profile))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("profile %s is not the request's profile %q", adm.Profile.Subject(), adm.RequestObject.Spec.Profile))
 	}
 	if c, err := specs.CanonicalRequest(&adm.RequestObject); err == nil {
 		r.bindValue(rel, "requestObject", adm.Request.Digest, specs.DigestOf(c))
@@ -436,7 +426,7 @@ func (r *runAudit) checkAdmission() {
 	if want := adm.AdmittedAt.Add(adm.ProfileObject.RunDeadline()); !adm.RunDeadline.Equal(want) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("runDeadline %s is not admittedAt plus the profile's derived run deadline (%s)", adm.RunDeadline.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339)))
 	}
-	subjects := []signing.Subject{signing.SubjectFor(adm.Request.Kind+"/"+adm.Request.Name, adm.Request.Digest)}
+	subjects := []signing.Subject{signing.SubjectFor(adm.Request.Subject(), adm.Request.Digest)}
 	seen := map[string]bool{}
 	for i, p := range adm.Participants {
 		if p.Index != i || seen[p.Node] {
@@ -469,7 +459,7 @@ func (r *runAudit) checkAdmission() {
 	r.subjectsMatch(rel, r.admFile, append(subjects, r.subjects...))
 	approvals := r.approvals(rel, adm.Approvals)
 	for _, o := range []ObjectRef{adm.Request, adm.Profile} {
-		d := r.a.policy.Decide(o.Kind+"/"+o.Name, o.Digest, approvals, r.cluster, adm.AdmittedAt)
+		d := r.a.policy.Decide(o.Subject(), o.Digest, approvals, r.cluster, adm.AdmittedAt)
 		r.decided(rel, d)
 	}
 }
@@ -482,7 +472,7 @@ func (r *runAudit) approvals(rel string, refs []FileRef) []*signing.Approval {
 		if f == nil || f.doc == nil || f.doc.approval == nil {
 			continue
 		}
-		if !strings.HasPrefix(ref.Path, path.Join(r.dir, "approvals")+"/") {
+		if rp, _ := ParsePath(ref.Path); rp.Kind != KindApproval {
 			r.add(RuleLayout, rel, fmt.Sprintf("approval copy %s is not under approvals/", ref.Path))
 		}
 		arel, _ := r.rel(ref.Path)
@@ -508,14 +498,13 @@ func (r *runAudit) checkChecks() {
 		if !strings.HasPrefix(rel, "checks/") {
 			continue
 		}
-		m := checkRE.FindStringSubmatch(rel)
-		if m == nil {
+		rp, _ := ParsePath(path.Join(r.dir, rel))
+		if rp.Kind != KindCheck && rp.Kind != KindCheckIntent {
 			r.add(RuleLayout, rel, "not checks/NN-<check>.json or checks/NN-<check>.intent.json")
 			continue
 		}
-		i, _ := strconv.Atoi(m[1])
-		if i >= len(prof) || prof[i].Name != m[2] {
-			r.add(RuleLayout, rel, fmt.Sprintf("the admitted profile has no check %q at index %d", m[2], i))
+		if i := rp.Index; i >= len(prof) || prof[i].Name != rp.Check {
+			r.add(RuleLayout, rel, fmt.Sprintf("the admitted profile has no check %q at index %d", rp.Check, i))
 		}
 	}
 	var prevEv *fileRec
@@ -528,18 +517,13 @@ func (r *runAudit) checkChecks() {
 		intentF, evF := r.file(irel), r.file(erel)
 		cr.Intent, cr.Evidence = intentF != nil, evF != nil
 		if intentF != nil {
-			r.report.Phase = PhaseChecking
+			r.present = append(r.present, KindCheckIntent)
 			var in CheckIntent
 			if r.decode(irel, intentF, PredicateCheckIntent, &in) && r.sameRun(irel, in.Run, "") {
 				if in.Check != ck.Name || in.Index != i || in.Backend != string(ck.Backend) {
 					r.add(RuleLayout, irel, fmt.Sprintf("intent of check %q (index %d, backend %s), but the admitted check %d is %q (backend %s)", in.Check, in.Index, in.Backend, i, ck.Name, ck.Backend))
 				}
-				var script specs.Digest
-				for _, bf := range r.adm.Bundle.Files {
-					if bf.Path == ck.Script {
-						script = bf.Digest
-					}
-				}
+				script, _ := r.adm.ScriptDigest(ck.Script)
 				r.bindValue(irel, "script "+ck.Script, in.ScriptDigest, script)
 				r.subjectsMatch(irel, intentF, r.subjects)
 			}
@@ -550,6 +534,7 @@ func (r *runAudit) checkChecks() {
 			r.notBefore(irel, intentF, prevRel, prevEv)
 		}
 		if evF != nil {
+			r.present = append(r.present, KindCheck)
 			var ce CheckEvidence
 			if intentF == nil {
 				r.add(RuleLifecycleOrder, erel, "check evidence without its intent")
@@ -566,7 +551,6 @@ func (r *runAudit) checkChecks() {
 				}
 				r.bind(erel, ce.Intent.Path, ce.Intent.Digest)
 				r.subjectsMatch(erel, evF, r.subjects)
-				logDir := path.Join(r.dir, "logs", fmt.Sprintf("%02d-%s", i, ck.Name)) + "/"
 				allPass := len(ce.Participants) > 0
 				for _, po := range ce.Participants {
 					if !slices.ContainsFunc(r.adm.Participants, func(p Participant) bool { return p.Node == po.Node }) {
@@ -575,8 +559,8 @@ func (r *runAudit) checkChecks() {
 					cr.Participants = append(cr.Participants, NodeReport{Node: po.Node, UID: po.Identity.NodeUID, Verdict: po.Verdict, Reason: po.Reason})
 					allPass = allPass && po.Verdict == specs.VerdictPass
 					for _, l := range po.Logs {
-						if !strings.HasPrefix(l.Path, logDir) {
-							r.add(RuleLayout, erel, fmt.Sprintf("log %s is not under %s", l.Path, logDir))
+						if lp, _ := ParsePath(l.Path); lp.Kind != KindLog || lp.Index != i || lp.Check != ck.Name {
+							r.add(RuleLayout, erel, fmt.Sprintf("log %s is not a log of check %02d-%s", l.Path, i, ck.Name))
 						}
 						if lf := r.bind(erel, l.Path, l.Digest); lf != nil {
 							lrel, _ := r.rel(l.Path)
@@ -613,7 +597,7 @@ func (r *runAudit) checkEvidence() {
 		return
 	}
 	r.ev = &ev
-	r.report.Phase = PhaseEvidence
+	r.present = append(r.present, KindEvidence)
 	r.report.Verdict, r.report.Canceled, r.report.EndedAt = ev.Verdict, ev.Canceled, ev.EndedAt
 	if ev.Admission.Path != path.Join(r.dir, AdmissionFile) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("binds admission %s, not this run's", ev.Admission.Path))
@@ -621,16 +605,9 @@ func (r *runAudit) checkEvidence() {
 	r.bind(rel, ev.Admission.Path, ev.Admission.Digest)
 	r.subjectsMatch(rel, r.evFile, r.subjects)
 	prof := r.adm.ProfileObject.Spec.Checks
-	if len(ev.Checks) != len(prof) {
-		r.add(RuleVerdict, rel, fmt.Sprintf("sums up %d checks, the admitted profile has %d", len(ev.Checks), len(prof)))
-	}
-	var verdicts []specs.Verdict
-	skipped := false
 	for i, s := range ev.Checks {
-		verdicts = append(verdicts, s.Verdict)
 		if i >= len(prof) || s.Index != i || s.Check != prof[i].Name {
-			r.add(RuleVerdict, rel, fmt.Sprintf("checks[%d] is %q (index %d), not the admitted check", i, s.Check, s.Index))
-			continue
+			continue // not the admitted check: checkSummary says so
 		}
 		erel := strings.TrimPrefix(CheckPath(r.dir, i, s.Check), r.dir+"/")
 		irel := strings.TrimPrefix(CheckIntentPath(r.dir, i, s.Check), r.dir+"/")
@@ -639,7 +616,6 @@ func (r *runAudit) checkEvidence() {
 			r.report.Checks[i].Verdict, r.report.Checks[i].Skipped = s.Verdict, s.Skipped
 		}
 		if s.Skipped {
-			skipped = true
 			if f := r.file(irel); f != nil && f.landed.index <= r.evFile.landed.index {
 				r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as skipped, but its intent is on the branch", s.Check))
 			}
@@ -657,44 +633,72 @@ func (r *runAudit) checkEvidence() {
 		} else if r.file(erel) == nil {
 			r.add(RuleLifecycleOrder, rel, fmt.Sprintf("run evidence without the evidence of check %s", s.Check))
 		}
-		if ce := r.checks[i]; ce != nil && ce.Verdict != s.Verdict {
-			r.add(RuleVerdict, rel, fmt.Sprintf("check %s recorded as %s, its evidence says %s", s.Check, s.Verdict, ce.Verdict))
-		}
-	}
-	cancel := r.file(CancelFile)
-	canceled := cancel != nil && cancel.landed.index <= r.evFile.landed.index
-	if ev.Canceled != canceled {
-		r.add(RuleVerdict, rel, fmt.Sprintf("canceled is %t, but a cancel document landed before it: %t", ev.Canceled, canceled))
-	}
-	if want := specs.RunVerdict(ev.Canceled, verdicts); ev.Verdict != want {
-		r.add(RuleVerdict, rel, fmt.Sprintf("run verdict %s, the checks imply %s", ev.Verdict, want))
 	}
 	for _, n := range ev.Nodes {
-		i := slices.IndexFunc(r.report.Nodes, func(x NodeReport) bool { return x.Node == n.Node })
-		if i < 0 {
-			r.add(RuleVerdict, rel, fmt.Sprintf("verdict for node %q, which is not a participant", n.Node))
-			continue
-		}
-		r.report.Nodes[i].Verdict = n.Verdict
-		if n.Verdict != specs.VerdictPass {
-			continue
-		}
-		ok := !skipped && len(ev.Checks) == len(prof)
-		for i, ce := range r.checks {
-			if ce == nil && i < len(r.report.Checks) && r.report.Checks[i].Evidence {
-				continue // present but did not verify: reported already
-			}
-			ok = ok && ce != nil && slices.ContainsFunc(ce.Participants, func(po ParticipantOutcome) bool {
-				return po.Node == n.Node && po.Verdict == specs.VerdictPass
-			})
-		}
-		if !ok {
-			r.add(RuleVerdict, rel, fmt.Sprintf("node %s recorded as Pass, but not every check covering it passed", n.Node))
+		if i := slices.IndexFunc(r.report.Nodes, func(x NodeReport) bool { return x.Node == n.Node }); i >= 0 {
+			r.report.Nodes[i].Verdict = n.Verdict
 		}
 	}
-	if len(ev.Nodes) != len(r.adm.Participants) {
-		r.add(RuleVerdict, rel, fmt.Sprintf("%d node verdicts for %d participants", len(ev.Nodes), len(r.adm.Participants)))
+	r.checkSummary(&ev)
+}
+
+// checkSummary requires the run evidence to be exactly what Summarize
+// makes of the check documents that landed before it, and of whether a
+// cancel did (RuleRunSummary): the writer's own function, not a second
+// derivation. It is silent when one of those check documents did not
+// verify or decode: that is reported on its own.
+func (r *runAudit) checkSummary(ev *RunEvidence) {
+	prof := r.adm.ProfileObject.Spec.Checks
+	docs := make([]*CheckDoc, len(prof))
+	for i, ck := range prof {
+		p := CheckPath(r.dir, i, ck.Name)
+		f := r.file(strings.TrimPrefix(p, r.dir+"/"))
+		if f == nil || f.landed.index > r.evFile.landed.index {
+			continue
+		}
+		if r.checks[i] == nil {
+			return
+		}
+		docs[i] = &CheckDoc{File: FileRef{Path: p, Digest: f.digest}, Evidence: *r.checks[i]}
 	}
+	cancel := r.file(CancelFile)
+	want := Summarize(r.adm, docs, cancel != nil && cancel.landed.index <= r.evFile.landed.index)
+	want.Admission, want.EndedAt = ev.Admission, ev.EndedAt
+	if diff := summaryDiff(*ev, want); len(diff) > 0 {
+		r.add(RuleRunSummary, EvidenceFile, "not the summary of the run's check documents: "+strings.Join(diff, "; "))
+	}
+}
+
+// summaryDiff lists how got differs from want, field by field.
+func summaryDiff(got, want RunEvidence) []string {
+	var out []string
+	field := func(name string, g, w any) {
+		gb, _ := json.Marshal(g)
+		wb, _ := json.Marshal(w)
+		if !bytes.Equal(gb, wb) {
+			out = append(out, fmt.Sprintf("%s is %s, want %s", name, gb, wb))
+		}
+	}
+	field("run", got.Run, want.Run)
+	field("cluster", got.Cluster, want.Cluster)
+	field("verdict", got.Verdict, want.Verdict)
+	field("canceled", got.Canceled, want.Canceled)
+	field("covered", got.Covered, want.Covered)
+	for i := range max(len(got.Checks), len(want.Checks)) {
+		field(fmt.Sprintf("checks[%d]", i), at(got.Checks, i), at(want.Checks, i))
+	}
+	for i := range max(len(got.Nodes), len(want.Nodes)) {
+		field(fmt.Sprintf("nodes[%d]", i), at(got.Nodes, i), at(want.Nodes, i))
+	}
+	return out
+}
+
+// at is s[i], nil past its end.
+func at[T any](s []T, i int) *T {
+	if i < len(s) {
+		return &s[i]
+	}
+	return nil
 }
 
 func (r *runAudit) checkAction(rel, predicate, action string) {
@@ -711,7 +715,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
 	}
 	if act.Request != r.adm.Request {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s/%s %s, the run admitted %s", act.Request.Kind, act.Request.Name, act.Request.Digest, r.adm.Request.Digest))
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
 	}
 	subject := signing.SubjectName(specs.KindRequest, r.id, action)
 	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})
@@ -746,7 +750,7 @@ func (r *runAudit) checkReceipt() {
 		return
 	}
 	r.receipt = &rc
-	r.report.Phase = PhaseDone
+	r.present = append(r.present, KindReceipt)
 	r.report.ReceiptSequence = rc.Sequence
 	evPath := path.Join(r.dir, EvidenceFile)
 	if rc.Evidence.Path != evPath {
@@ -829,18 +833,18 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 	sort.Strings(paths)
 	pointed := map[string]bool{}
 	for _, p := range paths {
-		parts := strings.Split(p, "/")
+		rp, ok := ParsePath(p)
 		f := a.files[p]
 		fail := func(msg string) {
-			a.add(Finding{Rule: RuleIndex, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: msg})
+			a.add(Finding{Rule: RuleIndex, Run: rp.Run, Path: p, Commit: f.commit.hash.String(), Message: msg})
 		}
-		if len(parts) != 4 {
+		if !ok || rp.Kind != KindIndex {
 			fail("not ids/<cluster>/<xx>/<run>")
 			continue
 		}
-		cluster, shard, run := parts[1], parts[2], parts[3]
-		if shard != Shard(run) {
-			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", shard, run, Shard(run)))
+		cluster, run := rp.Cluster, rp.Run
+		if rp.Shard != Shard(run) {
+			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", rp.Shard, run, Shard(run)))
 		}
 		dir := strings.TrimSuffix(string(f.data), "\n")
 		r := runs[dir]
@@ -895,14 +899,11 @@ func (a *auditor) checkCopies() {
 }
 
 func runDirOf(p string) string {
-	parts := strings.Split(p, "/")
-	if len(parts) < 7 {
-		return p
+	if rp, ok := ParsePath(p); ok && rp.InRun() {
+		return rp.Dir()
 	}
-	return strings.Join(parts[:7], "/")
+	return p
 }
-
-var chainNameRE = regexp.MustCompile(`^[0-9]{12}$`)
 
 // checkChains audits every cluster's receipt chain: links 1..N without a
 // gap, one receipt per sequence number, each linking the one before.
@@ -921,14 +922,14 @@ func (a *auditor) checkChains() {
 		fail := func(msg string) {
 			a.add(Finding{Rule: RuleReceiptChain, Path: p, Commit: f.commit.hash.String(), Message: msg})
 		}
-		parts := strings.Split(p, "/")
-		if len(parts) != 4 || !chainNameRE.MatchString(parts[3]) {
-			fail("not chain/<cluster>/<bucket>/<12-digit sequence>")
+		rp, ok := ParsePath(p)
+		if !ok || rp.Kind != KindChainLink {
+			fail("not chain/<cluster>/<sequence/10000 in 8 digits>/<12-digit sequence>")
 			continue
 		}
-		seq, _ := strconv.ParseInt(parts[3], 10, 64)
-		if ChainPath(parts[1], seq) != p || seq < 1 {
-			fail(fmt.Sprintf("sequence %d belongs at %s", seq, ChainPath(parts[1], seq)))
+		seq := rp.Seq
+		if seq < 1 {
+			fail(fmt.Sprintf("sequence %d: sequences start at 1", seq))
 			continue
 		}
 		var l ChainLink
@@ -936,10 +937,10 @@ func (a *auditor) checkChains() {
 			fail("link does not decode: " + err.Error())
 			continue
 		}
-		if links[parts[1]] == nil {
-			links[parts[1]] = map[int64]*link{}
+		if links[rp.Cluster] == nil {
+			links[rp.Cluster] = map[int64]*link{}
 		}
-		links[parts[1]][seq] = &link{seq: seq, path: p, f: f, l: l}
+		links[rp.Cluster][seq] = &link{seq: seq, path: p, f: f, l: l}
 	}
 	receipts := map[string][]*runAudit{}
 	for _, r := range a.runs {
@@ -983,7 +984,7 @@ func (a *auditor) checkChains() {
 			}
 			rf := a.files[l.l.Receipt.Path]
 			switch {
-			case path.Base(l.l.Receipt.Path) != ReceiptFile || runOfPath(l.l.Receipt.Path) != l.l.Run || !strings.HasPrefix(l.l.Receipt.Path, "runs/"+c+"/"):
+			case !isReceiptOf(l.l.Receipt.Path, c, l.l.Run):
 				fail(fmt.Sprintf("links %s, not the receipt of run %s of cluster %s", l.l.Receipt.Path, l.l.Run, c))
 				continue
 			case rf == nil:
@@ -1056,6 +1057,12 @@ func (a *auditor) checkChains() {
 			}
 		}
 	}
+}
+
+// isReceiptOf reports whether p is the receipt of run of cluster.
+func isReceiptOf(p, cluster, run string) bool {
+	rp, ok := ParsePath(p)
+	return ok && rp.Kind == KindReceipt && rp.Cluster == cluster && rp.Run == run
 }
 
 func seqGroups(m map[int64][]*runAudit) map[string][]*runAudit {

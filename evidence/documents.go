@@ -65,6 +65,10 @@ type ObjectRef struct {
 	Digest specs.Digest `json:"digest"`
 }
 
+// Subject is the object's name in approvals and statements
+// (specs.SubjectName).
+func (o ObjectRef) Subject() string { return specs.SubjectName(o.Kind, o.Name, "") }
+
 // Participant is one node of a run, bound to its snapshot file.
 type Participant struct {
 	Index    int     `json:"index"`

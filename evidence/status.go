@@ -40,7 +40,7 @@ type RunStatus struct {
 	Cluster         string        `json:"cluster"`
 	Run             string        `json:"run"`
 	Dir             string        `json:"dir"`
-	Phase           string        `json:"phase"`
+	Phase           Phase         `json:"phase"`
 	Verdict         specs.Verdict `json:"verdict,omitempty"`
 	Canceled        bool          `json:"canceled,omitempty"`
 	Released        bool          `json:"released,omitempty"`
@@ -91,15 +91,15 @@ func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		parts := strings.Split(e.path, "/")
-		if len(parts) != 4 || (opts.Cluster != "" && parts[1] != opts.Cluster) {
+		rp, ok := ParsePath(e.path)
+		if !ok || rp.Kind != KindIndex || (opts.Cluster != "" && rp.Cluster != opts.Cluster) {
 			continue
 		}
 		data, err := readRaw(rd.objs, plumbing.BlobObject, e.hash)
 		if err != nil {
 			return nil, err
 		}
-		rs := readRunStatus(rd, root, parts[1], parts[3], strings.TrimSpace(string(data)))
+		rs := readRunStatus(rd, root, rp.Cluster, rp.Run, strings.TrimSpace(string(data)))
 		st.Runs = append(st.Runs, rs)
 	}
 	sort.SliceStable(st.Runs, func(i, j int) bool {
@@ -164,8 +164,10 @@ func walkFiles(rd *branchReader, root plumbing.Hash, dir string) ([]treeFile, er
 }
 
 // readRunStatus reads the documents of one run directory at the tip.
-func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir string) RunStatus {
-	rs := RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: PhaseUnknown, Nodes: []NodeReport{}}
+func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir string) (rs RunStatus) {
+	rs = RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: PhaseUnknown, Nodes: []NodeReport{}}
+	var present []FileKind
+	defer func() { rs.Phase = PhaseOf(present...) }()
 	dirHash, err := lookupTree(rd.objs, root, dir)
 	if err != nil || dirHash.IsZero() {
 		rs.Problem = fmt.Sprintf("the index points at %s, which is not on the branch", dir)
@@ -199,7 +201,8 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 	if !read(AdmissionFile, PredicateAdmission, &adm) {
 		return rs
 	}
-	rs.Phase, rs.Profile, rs.AdmittedAt, rs.Deadline = PhaseAdmitted, adm.Profile.Name, adm.AdmittedAt, adm.RunDeadline
+	present = append(present, KindAdmission)
+	rs.Profile, rs.AdmittedAt, rs.Deadline = adm.Profile.Name, adm.AdmittedAt, adm.RunDeadline
 	for _, p := range adm.Participants {
 		rs.Nodes = append(rs.Nodes, NodeReport{Node: p.Node, UID: p.UID})
 	}
@@ -211,8 +214,11 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 		if read(strings.TrimPrefix(CheckPath(dir, i, ck.Name), dir+"/"), PredicateCheck, &ce) {
 			cr.Evidence, cr.Verdict, cr.Reason = true, ce.Verdict, ce.Reason
 		}
-		if cr.Intent || cr.Evidence {
-			rs.Phase = PhaseChecking
+		if cr.Intent {
+			present = append(present, KindCheckIntent)
+		}
+		if cr.Evidence {
+			present = append(present, KindCheck)
 		}
 		rs.Checks = append(rs.Checks, cr)
 	}
@@ -220,7 +226,8 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 	rs.Canceled = read(CancelFile, PredicateCancel, &act)
 	var ev RunEvidence
 	if read(EvidenceFile, PredicateEvidence, &ev) {
-		rs.Phase, rs.Verdict, rs.EndedAt = PhaseEvidence, ev.Verdict, ev.EndedAt
+		present = append(present, KindEvidence)
+		rs.Verdict, rs.EndedAt = ev.Verdict, ev.EndedAt
 		for _, n := range ev.Nodes {
 			for i := range rs.Nodes {
 				if rs.Nodes[i].Node == n.Node {
@@ -237,7 +244,8 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 	rs.Released = read(ReleaseFile, PredicateRelease, &act)
 	var rc Receipt
 	if read(ReceiptFile, PredicateReceipt, &rc) {
-		rs.Phase, rs.ReceiptSequence = PhaseDone, rc.Sequence
+		present = append(present, KindReceipt)
+		rs.ReceiptSequence = rc.Sequence
 	}
 	return rs
 }

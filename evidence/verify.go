@@ -84,8 +84,8 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		return nil, err
 	}
 	ip := IndexPath(cluster, opts.Run)
-	dir := strings.TrimSuffix(string(data), "\n")
-	if string(data) != dir+"\n" || !strings.HasPrefix(dir, "runs/"+cluster+"/") || path.Base(dir) != opts.Run || len(strings.Split(dir, "/")) != 7 {
+	dir, ok := IndexTarget(cluster, opts.Run, data)
+	if !ok {
 		rep := &RunReport{Cluster: cluster, Run: opts.Run, Phase: PhaseUnknown}
 		rep.Findings = []Finding{{Rule: RuleIndex, Cluster: cluster, Run: opts.Run, Path: ip, Message: fmt.Sprintf("content %q is not the directory of run %s of cluster %s", data, opts.Run, cluster)}}
 		return rep, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strconv"
 	"sync"
 
 	"signet.dev/signet/evidence"
@@ -51,7 +50,7 @@ func (r *Reconciler) chainHead(ctx context.Context) (chainHeadInfo, error) {
 	if err := r.store.Refresh(ctx); err != nil {
 		return chainHeadInfo{}, err
 	}
-	base := path.Join("chain", r.cfg.Cluster)
+	base := evidence.ChainDir(r.cfg.Cluster)
 	buckets, err := r.store.ReadDir(ctx, base)
 	if errors.Is(err, evidence.ErrNotFound) || (err == nil && len(buckets) == 0) {
 		r.chain.set(0, nil)
@@ -70,18 +69,19 @@ func (r *Reconciler) chainHead(ctx context.Context) (chainHeadInfo, error) {
 	if len(links) == 0 {
 		return chainHeadInfo{}, fmt.Errorf("%s/%s: empty receipt chain bucket", base, last)
 	}
-	name := links[len(links)-1]
-	seq, err := strconv.ParseInt(name, 10, 64)
-	if err != nil {
-		return chainHeadInfo{}, fmt.Errorf("%s/%s/%s: not a sequence number", base, last, name)
+	p := path.Join(base, last, links[len(links)-1])
+	at, ok := evidence.ParsePath(p)
+	if !ok || at.Kind != evidence.KindChainLink || at.Cluster != r.cfg.Cluster {
+		return chainHeadInfo{}, fmt.Errorf("%s: not a link of the receipt chain", p)
 	}
-	b, err := r.store.Read(ctx, evidence.ChainPath(r.cfg.Cluster, seq))
+	seq := at.Seq
+	b, err := r.store.Read(ctx, p)
 	if err != nil {
 		return chainHeadInfo{}, err
 	}
 	var link evidence.ChainLink
 	if err := signing.StrictUnmarshal(b, &link); err != nil {
-		return chainHeadInfo{}, fmt.Errorf("%s: %w", evidence.ChainPath(r.cfg.Cluster, seq), err)
+		return chainHeadInfo{}, fmt.Errorf("%s: %w", p, err)
 	}
 	ref := link.Receipt
 	r.chain.set(seq, &ref)

@@ -278,7 +278,7 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 			// include every run that pass admitted.
 			count := d.metric("signet_reconcile_duration_seconds_count")
 			st := d.status()
-			phase := map[string]string{}
+			phase := map[string]evidence.Phase{}
 			for _, r := range st.Runs {
 				phase[r.ID] = r.Phase
 			}
@@ -287,7 +287,7 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 				if phase[name] != "" {
 					n++
 				}
-				done = done && phase[name] == reconciler.PhaseDone
+				done = done && phase[name] == evidence.PhaseDone
 			}
 			if n == runs && !admitted {
 				admitted = true

@@ -75,11 +75,11 @@ func (r *Reconciler) driveOnce(ctx context.Context, rs *runState) error {
 // runChecks runs every check of the frozen profile in order, each as
 // intent → backend → observe → check evidence → cleanup.
 func (r *Reconciler) runChecks(ctx context.Context, rs *runState) error {
-	rs.setPhase(PhaseChecking)
+	rs.setPhase(evidence.PhaseChecking)
 	prof := rs.adm.ProfileObject
 	rs.mu.Lock()
 	rs.summaries = rs.summaries[:0]
-	rs.outcomes = map[string][]specs.Verdict{}
+	rs.checkDocs = map[int]*evidence.CheckDoc{}
 	rs.mu.Unlock()
 	failed := false
 	for i, ck := range prof.Spec.Checks {
@@ -109,8 +109,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		if err := r.readOwn(b, evidence.PredicateCheck, &ce); err != nil {
 			return evidence.CheckSummary{}, fmt.Errorf("%s: %w", evPath, err)
 		}
-		r.noteOutcomes(rs, ce)
-		return evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: ce.Verdict, Evidence: &evidence.FileRef{Path: evPath, Digest: specs.DigestOf(b)}}, nil
+		return noteCheck(rs, i, evidence.FileRef{Path: evPath, Digest: specs.DigestOf(b)}, ce), nil
 	} else if !errors.Is(err, evidence.ErrNotFound) {
 		return evidence.CheckSummary{}, err
 	}
@@ -244,9 +243,8 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 	rs.mu.Lock()
 	delete(rs.reports, i)
 	rs.mu.Unlock()
-	r.noteOutcomes(rs, ce)
 	log.Info("check done", "verdict", ce.Verdict, "reason", ce.Reason)
-	return evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: ce.Verdict, Evidence: &evidence.FileRef{Path: evPath, Digest: specs.DigestOf(f.Data)}}, nil
+	return noteCheck(rs, i, evidence.FileRef{Path: evPath, Digest: specs.DigestOf(f.Data)}, ce), nil
 }
 
 // skippedVerdict is what a check that never ran counts as for its nodes:
@@ -258,12 +256,13 @@ func skippedVerdict(rs *runState) specs.Verdict {
 	return specs.VerdictError
 }
 
-func (r *Reconciler) noteOutcomes(rs *runState, ce evidence.CheckEvidence) {
+// noteCheck keeps check i's durable evidence ce (at ref) for the run
+// evidence and returns its line in the run's status.
+func noteCheck(rs *runState, i int, ref evidence.FileRef, ce evidence.CheckEvidence) evidence.CheckSummary {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, p := range ce.Participants {
-		rs.outcomes[p.Node] = append(rs.outcomes[p.Node], p.Verdict)
-	}
+	rs.checkDocs[i] = &evidence.CheckDoc{File: ref, Evidence: ce}
+	rs.mu.Unlock()
+	return evidence.CheckSummary{Index: i, Check: rs.adm.ProfileObject.Spec.Checks[i].Name, Verdict: ce.Verdict, Evidence: &ref}
 }
 
 // evaluateCheck applies DESIGN §4 to a backend report: each expected
@@ -352,9 +351,10 @@ func evaluateCheck(rs *runState, cr *CheckRun, intent evidence.FileRef, report *
 	return ce, files
 }
 
-// writeEvidence writes the run evidence: verdicts per check and per node.
+// writeEvidence writes the run evidence: evidence.Summarize of the
+// durable check evidence and of whether a cancel is durable.
 func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
-	rs.setPhase(PhaseEvidence)
+	rs.setPhase(evidence.PhaseEvidence)
 	p := path.Join(rs.dir, evidence.EvidenceFile)
 	if found, err := r.loadEvidence(ctx, rs, p); err != nil || found {
 		return err
@@ -367,34 +367,14 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	if err != nil {
 		return err
 	}
+	docs := make([]*evidence.CheckDoc, len(rs.adm.ProfileObject.Spec.Checks))
 	rs.mu.Lock()
-	ev := evidence.RunEvidence{Run: rs.id, Cluster: r.cfg.Cluster, Admission: rs.admRef, Canceled: canceled, Covered: true, Checks: slices.Clone(rs.summaries), EndedAt: r.now()}
-	var verdicts []specs.Verdict
-	for _, s := range ev.Checks {
-		verdicts = append(verdicts, s.Verdict)
-		if s.Skipped || s.Verdict != specs.VerdictPass {
-			ev.Covered = ev.Covered && !s.Skipped
-		}
-	}
-	ev.Verdict = specs.RunVerdict(canceled, verdicts)
-	skipped := slices.ContainsFunc(ev.Checks, func(s evidence.CheckSummary) bool { return s.Skipped })
-	// skippedVerdict(rs) would take rs.mu again: decide here, under the lock.
-	notRun := specs.VerdictError
-	if rs.canceled {
-		notRun = specs.VerdictCanceled
-	}
-	for _, n := range rs.nodeNames() {
-		vs := slices.Clone(rs.outcomes[n])
-		if skipped || len(vs) != len(ev.Checks) {
-			vs = append(vs, notRun)
-		}
-		nv := specs.NodeVerdict(vs)
-		if canceled && nv != specs.VerdictPass {
-			nv = specs.VerdictCanceled
-		}
-		ev.Nodes = append(ev.Nodes, evidence.NodeSummary{Node: n, Verdict: nv})
+	for i := range docs {
+		docs[i] = rs.checkDocs[i]
 	}
 	rs.mu.Unlock()
+	ev := evidence.Summarize(&rs.adm, docs, canceled)
+	ev.Admission, ev.EndedAt = rs.admRef, r.now()
 	f, err := r.document(p, evidence.PredicateEvidence, rs.snapshotSubjects(), ev)
 	if err != nil {
 		return err
@@ -456,7 +436,7 @@ func (r *Reconciler) loadEvidence(ctx context.Context, rs *runState, p string) (
 // admitted and its reservation still names the run; a node that no longer
 // matches is left untouched and the receipt says why.
 func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
-	rs.setPhase(PhaseReleasing)
+	rs.setPhase(evidence.PhaseReleasing)
 	rs.mu.Lock()
 	var released, retained []string
 	for _, n := range rs.nodes {
@@ -532,7 +512,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 		if b, err := r.store.Read(ctx, p); err == nil {
 			rs.mu.Lock()
 			rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
-			rs.phase = PhaseDone
+			rs.phase = evidence.PhaseDone
 			rs.mu.Unlock()
 			return nil
 		} else if !errors.Is(err, evidence.ErrNotFound) {
@@ -567,7 +547,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 		crash.Point("after-receipt")
 		rs.mu.Lock()
 		rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
-		rs.phase = PhaseDone
+		rs.phase = evidence.PhaseDone
 		rs.mu.Unlock()
 		r.log.Info("receipt written", "run", rs.id, "sequence", rc.Sequence, "verdict", rc.Verdict)
 		return nil

@@ -423,7 +423,7 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 	rs.mu.Lock()
 	phase, hasReceipt, verdict := rs.phase, rs.receipt != nil, rs.verdict
 	rs.mu.Unlock()
-	cond := progressing("Running", "run "+rs.id+" is "+phase, rs.id)
+	cond := progressing("Running", "run "+rs.id+" is "+string(phase), rs.id)
 	if rs.finished() || hasReceipt {
 		cond = ready("Finished", fmt.Sprintf("run %s finished: %s", rs.id, verdict), rs.id)
 	}

@@ -203,7 +203,7 @@ func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
 		return nil, ctx.Err()
 	}
 	st := runStatus(rs)
-	if st.Phase != PhaseDone {
+	if st.Phase != evidence.PhaseDone {
 		return &st, fmt.Errorf("run %s stopped in phase %s before its receipt; it resumes when a reconciler starts again", id, st.Phase)
 	}
 	return &st, nil

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"strings"
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/reconciler/backend"
@@ -22,7 +21,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	if err := r.store.Refresh(ctx); err != nil {
 		return fmt.Errorf("evidence branch: %w", err)
 	}
-	base := path.Join("ids", r.cfg.Cluster)
+	base := evidence.IndexDir(r.cfg.Cluster)
 	shards, err := r.store.ReadDir(ctx, base)
 	if errors.Is(err, evidence.ErrNotFound) {
 		if err := r.repairReservations(ctx); err != nil {
@@ -130,8 +129,8 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	if err != nil {
 		return nil, err
 	}
-	dir := strings.TrimSpace(string(idx))
-	if !strings.HasPrefix(dir, path.Join("runs", r.cfg.Cluster)+"/") || path.Base(dir) != id {
+	dir, ok := evidence.IndexTarget(r.cfg.Cluster, id, idx)
+	if !ok {
 		return nil, fmt.Errorf("%s: index points at %q, not a run directory of this cluster", evidence.IndexPath(r.cfg.Cluster, id), dir)
 	}
 	ap := path.Join(dir, evidence.AdmissionFile)
@@ -165,7 +164,7 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 		return nil, fmt.Errorf("%s: %w", rp, err)
 	}
 	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(rb)}
-	rs.verdict, rs.released, rs.retained, rs.phase = rc.Verdict, rc.Released, rc.Retained, PhaseDone
+	rs.verdict, rs.released, rs.retained, rs.phase = rc.Verdict, rc.Released, rc.Retained, evidence.PhaseDone
 	ev := rc.Evidence
 	rs.evidence = &ev
 	close(rs.done)
@@ -196,13 +195,8 @@ func (r *Reconciler) checkRun(ctx context.Context, rs *runState, i int, ck specs
 	if err != nil {
 		return nil, fmt.Errorf("spec commit %s: %w", short(rs.adm.SpecCommit), err)
 	}
-	var want specs.Digest
-	for _, f := range rs.adm.Bundle.Files {
-		if f.Path == ck.Script {
-			want = f.Digest
-		}
-	}
-	if want == "" {
+	want, ok := rs.adm.ScriptDigest(ck.Script)
+	if !ok {
 		return nil, fmt.Errorf("script %q is not in the admitted bundle", ck.Script)
 	}
 	// Bundle paths are relative to the repository root.

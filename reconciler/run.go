@@ -23,11 +23,11 @@ type runState struct {
 	docMu sync.Mutex
 
 	mu        sync.Mutex
-	phase     string
+	phase     evidence.Phase
 	canceled  bool
 	stopCheck context.CancelFunc
 	summaries []evidence.CheckSummary
-	outcomes  map[string][]specs.Verdict // node → verdicts of the checks that covered it
+	checkDocs map[int]*evidence.CheckDoc // check index → its durable evidence
 	reports   map[int]*CheckReport
 	evidence  *evidence.FileRef
 	evCommit  string
@@ -44,28 +44,19 @@ type runState struct {
 
 func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {
 	return &runState{
-		id:       adm.Run,
-		dir:      dir,
-		adm:      adm,
-		admRef:   ref,
-		phase:    PhaseAdmitted,
-		outcomes: map[string][]specs.Verdict{},
-		reports:  map[int]*CheckReport{},
-		done:     make(chan struct{}),
-		started:  time.Now(),
+		id:        adm.Run,
+		dir:       dir,
+		adm:       adm,
+		admRef:    ref,
+		phase:     evidence.PhaseAdmitted,
+		checkDocs: map[int]*evidence.CheckDoc{},
+		reports:   map[int]*CheckReport{},
+		done:      make(chan struct{}),
+		started:   time.Now(),
 	}
 }
 
-// Run phases, in lifecycle order.
-const (
-	PhaseAdmitted  = "Admitted"
-	PhaseChecking  = "Checking"
-	PhaseEvidence  = "Evidence"
-	PhaseReleasing = "Releasing"
-	PhaseDone      = "Done"
-)
-
-func (rs *runState) setPhase(p string) {
+func (rs *runState) setPhase(p evidence.Phase) {
 	rs.mu.Lock()
 	rs.phase = p
 	rs.mu.Unlock()

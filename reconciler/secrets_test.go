@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/gittest"
 	"signet.dev/signet/internal/testenv"
 	"signet.dev/signet/reconciler"
@@ -230,7 +231,7 @@ func secretHygiene(t *testing.T, inURL bool) {
 			return false
 		}
 		for _, r := range status.Runs {
-			if r.ID == "h1" && r.Phase == reconciler.PhaseDone {
+			if r.ID == "h1" && r.Phase == evidence.PhaseDone {
 				return true
 			}
 		}

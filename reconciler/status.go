@@ -7,6 +7,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/specs"
 )
 
@@ -34,7 +35,7 @@ type ObjectStatus struct {
 // RunStatus is the status of one run known to this reconciler.
 type RunStatus struct {
 	ID         string             `json:"id"`
-	Phase      string             `json:"phase"`
+	Phase      evidence.Phase     `json:"phase"`
 	Verdict    specs.Verdict      `json:"verdict,omitempty"`
 	Dir        string             `json:"dir"`
 	Deadline   time.Time          `json:"deadline"`
@@ -100,12 +101,12 @@ func runStatus(rs *runState) RunStatus {
 	}
 	var c condition
 	switch {
-	case rs.phase == PhaseDone && rs.verdict == specs.VerdictPass:
+	case rs.phase == evidence.PhaseDone && rs.verdict == specs.VerdictPass:
 		c = ready(meta.SucceededReason, "run passed", rs.id)
-	case rs.phase == PhaseDone:
+	case rs.phase == evidence.PhaseDone:
 		c = condition{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, meta.FailedReason, "run finished: " + string(rs.verdict), rs.id}
 	default:
-		c = progressing(meta.ProgressingReason, "run is "+rs.phase, rs.id)
+		c = progressing(meta.ProgressingReason, "run is "+string(rs.phase), rs.id)
 	}
 	st.Conditions = c.conditions(time.Now())
 	return st

@@ -43,13 +43,7 @@ var (
 // SubjectName returns the approval subject of an object or action:
 // "KIND/NAME", or "CertificationRequest/NAME#ACTION" for action "cancel" or
 // "release" (action "" names the object itself).
-func SubjectName(kind, name, action string) string {
-	s := kind + "/" + name
-	if action != "" {
-		s += "#" + action
-	}
-	return s
-}
+func SubjectName(kind, name, action string) string { return specs.SubjectName(kind, name, action) }
 
 // ParseSubjectName splits an approval subject into kind, name and action
 // and refuses anything but the forms SubjectName writes (actions only on

@@ -24,8 +24,8 @@ const MaxTrustPolicySize = 1 << 20
 
 // Threshold keys: the kinds and actions an approval threshold is set for.
 const (
-	ActionCancel  = "cancel"
-	ActionRelease = "release"
+	ActionCancel  = specs.ActionCancel
+	ActionRelease = specs.ActionRelease
 )
 
 var keyIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)

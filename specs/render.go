@@ -36,7 +36,7 @@ type Object struct {
 
 // Ref returns the object's reference as approvals name it, e.g.
 // "CertificationProfile/h100-burnin".
-func (o *Object) Ref() string { return o.Kind + "/" + o.Name }
+func (o *Object) Ref() string { return SubjectName(o.Kind, o.Name, "") }
 
 // Rendering is the result of rendering one spec path of a repository.
 type Rendering struct {

@@ -194,6 +194,38 @@ func TestAuditTamper(t *testing.T) {
 			require.NoError(t, err)
 			return nil, evidence.RuleApproval, "run-a", p
 		}},
+		{"run evidence says Pass where a check failed", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			dir := runDir(c, "run-b")
+			cp, evp, rcp := dir+"/checks/01-second.json", dir+"/"+evidence.EvidenceFile, dir+"/"+evidence.ReceiptFile
+			failed := resign(read(c, cp), f.Reconciler, func(pred map[string]any) {
+				pred["verdict"] = "Fail"
+				pred["participants"].([]any)[0].(map[string]any)["verdict"] = "Fail"
+			})
+			// The run evidence still says Pass and binds the failed check.
+			ev := resign(read(c, evp), f.Reconciler, func(pred map[string]any) {
+				pred["checks"].([]any)[1].(map[string]any)["evidence"].(map[string]any)["digest"] = string(specs.DigestOf(failed))
+			})
+			rc := resign(read(c, rcp), f.Reconciler, func(pred map[string]any) {
+				pred["evidence"].(map[string]any)["digest"] = string(specs.DigestOf(ev))
+			})
+			_, err := c.Rewrite(landed(c, cp), map[string][]byte{cp: failed, evp: ev, rcp: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", rcp, rc)})
+			require.NoError(t, err)
+			return nil, evidence.RuleRunSummary, "run-b", evp
+		}},
+		{"run evidence lists a node verdict its checks do not imply", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
+			dir := runDir(c, "run-b")
+			evp, rcp := dir+"/"+evidence.EvidenceFile, dir+"/"+evidence.ReceiptFile
+			ev := resign(read(c, evp), f.Reconciler, func(pred map[string]any) {
+				pred["nodes"].([]any)[0].(map[string]any)["verdict"] = "Fail"
+			})
+			rc := resign(read(c, rcp), f.Reconciler, func(pred map[string]any) {
+				pred["evidence"].(map[string]any)["digest"] = string(specs.DigestOf(ev))
+				pred["retained"], pred["released"] = pred["released"], []any{}
+			})
+			_, err := c.Rewrite(landed(c, evp), map[string][]byte{evp: ev, rcp: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", rcp, rc)})
+			require.NoError(t, err)
+			return nil, evidence.RuleRunSummary, "run-b", evp
+		}},
 		{"document copied from another run's directory", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			from := runDir(c, "run-a") + "/checks/00-first.intent.json"
 			p := runDir(c, "run-b") + "/checks/00-first.intent.json"

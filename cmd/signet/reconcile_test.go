@@ -105,7 +105,7 @@ func (d *daemon) status() reconciler.Status {
 // runDone reports whether /status shows run id in phase Done.
 func (d *daemon) runDone(id string) bool {
 	for _, r := range d.status().Runs {
-		if r.ID == id && r.Phase == reconciler.PhaseDone {
+		if r.ID == id && r.Phase == evidence.PhaseDone {
 			return true
 		}
 	}

@@ -125,7 +125,7 @@ func runConditions(r evidence.RunStatus, now time.Time) []metav1.Condition {
 			cond(meta.StalledCondition, metav1.ConditionTrue, "DeadlineExceeded", msg),
 		}
 	}
-	msg := "run is " + r.Phase
+	msg := "run is " + string(r.Phase)
 	return []metav1.Condition{
 		cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ProgressingReason, msg),
 		cond(meta.ReconcilingCondition, metav1.ConditionTrue, meta.ProgressingReason, msg),

@@ -166,21 +166,14 @@ func notCanceled(_ context.Context, _ *pass, a *admission) error {
 
 // valid reads the rendering's findings of the request.
 func valid(_ context.Context, p *pass, a *admission) error {
-	if f := p.findings(a.o); len(f) > 0 {
-		return &stalledError{"Invalid", strings.Join(f, "; ")}
-	}
-	return nil
+	return p.noFindings(a.o, "Invalid")
 }
 
 // approved reads the trust policy's decision on the request; writes
 // a.relied.
-func approved(_ context.Context, p *pass, a *admission) error {
-	d := p.decide(a.o.Ref(), a.o.Digest)
-	if !d.Approved {
-		return &stalledError{"NotApproved", strings.Join(d.Reasons, "; ")}
-	}
-	a.relied = d.Relied
-	return nil
+func approved(_ context.Context, p *pass, a *admission) (err error) {
+	a.relied, err = p.approval(a.o, "NotApproved")
+	return err
 }
 
 // profileFound reads the request's spec.profile; writes a.prof.
@@ -194,21 +187,34 @@ func profileFound(_ context.Context, p *pass, a *admission) error {
 
 // profileValid reads the rendering's findings of a.prof.
 func profileValid(_ context.Context, p *pass, a *admission) error {
-	if f := p.findings(a.prof); len(f) > 0 {
-		return &stalledError{"ProfileInvalid", strings.Join(f, "; ")}
-	}
-	return nil
+	return p.noFindings(a.prof, "ProfileInvalid")
 }
 
 // profileApproved reads the trust policy's decision on a.prof; appends to
 // a.relied.
 func profileApproved(_ context.Context, p *pass, a *admission) error {
-	pd := p.decide(a.prof.Ref(), a.prof.Digest)
-	if !pd.Approved {
-		return &stalledError{"ProfileNotApproved", strings.Join(pd.Reasons, "; ")}
+	relied, err := p.approval(a.prof, "ProfileNotApproved")
+	a.relied = append(a.relied, relied...)
+	return err
+}
+
+// noFindings stalls with reason, listing the rendering's findings of o,
+// when there are any.
+func (p *pass) noFindings(o *specs.Object, reason string) error {
+	if f := p.findings(o); len(f) > 0 {
+		return &stalledError{reason, strings.Join(f, "; ")}
 	}
-	a.relied = append(a.relied, pd.Relied...)
 	return nil
+}
+
+// approval returns the approvals the trust policy relies on to approve o,
+// or stalls with reason and the policy's reasons.
+func (p *pass) approval(o *specs.Object, reason string) ([]*signing.Approval, error) {
+	d := p.decide(o.Ref(), o.Digest)
+	if !d.Approved {
+		return nil, &stalledError{reason, strings.Join(d.Reasons, "; ")}
+	}
+	return d.Relied, nil
 }
 
 // withinCeiling reads the configured ceiling and the check kinds the

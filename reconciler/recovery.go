@@ -80,6 +80,9 @@ func (r *Reconciler) repairReservations(ctx context.Context) error {
 	return nil
 }
 
+// repairFleet is repairReservations for one family's Fleet: it sweeps its
+// stale certifications (logged, never fatal) and lifts the reservations no
+// run accounts for.
 func (r *Reconciler) repairFleet(ctx context.Context, fleet backend.Fleet) error {
 	if err := fleet.SweepCertified(ctx); err != nil {
 		r.log.Warn("sweeping certification labels", "error", err)

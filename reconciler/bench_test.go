@@ -160,7 +160,7 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		forkExec(b, script, result)
 	}
 	fork := float64(time.Since(start).Microseconds()) / 1000 / floorRuns
-	be, err := reconciler.NewLocalBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
+	be, err := local.NewBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
 	require.NoError(b, err)
 	body, err := os.ReadFile(script)
 	require.NoError(b, err)

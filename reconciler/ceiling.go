@@ -17,29 +17,25 @@ type CeilingViolation struct {
 
 func (v CeilingViolation) String() string { return v.Field + ": " + v.Message }
 
+// specKinds are the check kinds spec validation accepts: one that no
+// family serves is "not enabled", any other "not available".
+var specKinds = []specs.Backend{specs.BackendLocal, specs.BackendPod, specs.BackendMPIJob}
+
 // Check returns every way p asks for more than the ceiling, or for a
-// backend this reconciler has not enabled. An empty result means p fits.
-// It runs at admission, before any node is touched.
-func (c Ceiling) Check(p *specs.CertificationProfile, backends BackendsConfig) []CeilingViolation {
+// check kind no backend family of this reconciler serves (enabled says
+// which do). An empty result means p fits. It runs at admission, before
+// any node is touched.
+func (c Ceiling) Check(p *specs.CertificationProfile, enabled func(specs.Backend) bool) []CeilingViolation {
 	var out []CeilingViolation
 	add := func(field, format string, args ...any) {
 		out = append(out, CeilingViolation{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	for i, ck := range p.Spec.Checks {
 		f := fmt.Sprintf("spec.checks[%d]", i)
-		switch ck.Backend {
-		case specs.BackendLocal:
-			if !backends.Local.Enabled {
-				add(f+".backend", "the local backend is not enabled in this reconciler's config")
-			}
-		case specs.BackendPod:
-			if !backends.Pod.Enabled {
-				add(f+".backend", "the pod backend is not enabled in this reconciler's config")
-			}
-		case specs.BackendMPIJob:
-			if !backends.MPIJob.Enabled {
-				add(f+".backend", "the mpijob backend is not enabled in this reconciler's config")
-			}
+		switch {
+		case enabled(ck.Backend):
+		case slices.Contains(specKinds, ck.Backend):
+			add(f+".backend", "the %s backend is not enabled in this reconciler's config", ck.Backend)
 		default:
 			add(f+".backend", "backend %q is not available in this reconciler", ck.Backend)
 		}

@@ -18,6 +18,8 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testenv"
 	"signet.dev/signet/reconciler"
+	_ "signet.dev/signet/reconciler/kube" // the families Build enables from the config
+	_ "signet.dev/signet/reconciler/local"
 	"signet.dev/signet/specs"
 )
 

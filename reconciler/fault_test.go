@@ -21,6 +21,8 @@ import (
 	"signet.dev/signet/internal/gittest"
 	"signet.dev/signet/internal/testenv"
 	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/reconciler/local"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -83,12 +85,12 @@ func newFaultRig(t *testing.T) *faultRig {
 		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: remoteTimeout,
 	})
 	require.NoError(t, err)
-	lb, err := reconciler.NewLocalBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
+	lb, err := local.NewBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	g.r, err = reconciler.New(cfg, reconciler.Options{
-		Logger: log, Store: store, Source: src, Nodes: reconciler.LocalNodes{}, Key: key,
-		Backends: map[specs.Backend]reconciler.Backend{specs.BackendLocal: lb},
+		Logger: log, Store: store, Source: src, Key: key,
+		Families: []*backend.Family{local.FamilyOf(lb)},
 		Observer: g.observe,
 	})
 	require.NoError(t, err)

@@ -431,10 +431,11 @@ func (r *Reconciler) loadEvidence(ctx context.Context, rs *runState, p string) (
 }
 
 // releasePassing releases every node whose verdict is Pass and retains the
-// others until an approved release. On Kubernetes the release restores each
-// passing node's cordon and taints, only while the node's UID is the one
-// admitted and its reservation still names the run; a node that no longer
-// matches is left untouched and the receipt says why.
+// others until an approved release. The Fleet of the run's family lifts
+// each passing node's reservation (a cluster's cordon and taints), only
+// while the node's UID is the one admitted and its reservation still names
+// the run; a node that no longer matches is left untouched and the receipt
+// says why.
 func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 	rs.setPhase(evidence.PhaseReleasing)
 	rs.mu.Lock()
@@ -448,12 +449,12 @@ func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 	}
 	rs.mu.Unlock()
 	var notes []evidence.NodeNote
-	if !isLocalProfile(&rs.adm.ProfileObject) && r.fleet != nil {
+	if fleet := r.fleetFor(&rs.adm.ProfileObject); fleet != nil {
 		var err error
-		if notes, err = r.releaseNodes(ctx, rs, released); err != nil {
+		if notes, err = r.releaseNodes(ctx, fleet, rs, released); err != nil {
 			return err
 		}
-		if err := r.certify(ctx, rs, released, retained); err != nil {
+		if err := r.certify(ctx, fleet, rs, released, retained); err != nil {
 			return err
 		}
 	}
@@ -469,11 +470,11 @@ func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 // releaseNodes lifts the run's reservation of nodes in the cluster. A node
 // that is no longer the run's (ErrNotOurs) gets a note and is left alone;
 // any other failure is returned so the step is retried.
-func (r *Reconciler) releaseNodes(ctx context.Context, rs *runState, nodes []string) ([]evidence.NodeNote, error) {
+func (r *Reconciler) releaseNodes(ctx context.Context, fleet backend.Fleet, rs *runState, nodes []string) ([]evidence.NodeNote, error) {
 	var notes []evidence.NodeNote
 	for _, name := range nodes {
 		n := backend.Node{Name: name, UID: rs.participantUID(name)}
-		err := r.fleet.Release(ctx, rs.id, n)
+		err := fleet.Release(ctx, rs.id, n)
 		switch {
 		case errors.Is(err, backend.ErrNotOurs):
 			r.log.Warn("node not released: it no longer matches the run's reservation", "run", rs.id, "node", name, "error", err)
@@ -486,16 +487,16 @@ func (r *Reconciler) releaseNodes(ctx context.Context, rs *runState, nodes []str
 }
 
 // certify labels the passing nodes with their certification and removes
-// the labels of the others, when labelling is on (the Fleet decides).
-func (r *Reconciler) certify(ctx context.Context, rs *runState, passed, failed []string) error {
-	ttl := time.Duration(r.cfg.Kubernetes.CertifyTTL) * time.Second
+// the labels of the others, when labelling is on (the Fleet decides, and
+// sets the expiry from its own TTL).
+func (r *Reconciler) certify(ctx context.Context, fleet backend.Fleet, rs *runState, passed, failed []string) error {
 	for _, name := range passed {
-		if err := r.fleet.Certify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}, rs.adm.Profile.Name, rs.id, r.now().Add(ttl)); err != nil {
+		if err := fleet.Certify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}, rs.adm.Profile.Name, rs.id, time.Time{}); err != nil {
 			return fmt.Errorf("labelling node %s: %w", name, err)
 		}
 	}
 	for _, name := range failed {
-		if err := r.fleet.Uncertify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}); err != nil {
+		if err := fleet.Uncertify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}); err != nil {
 			return fmt.Errorf("removing the certification labels of node %s: %w", name, err)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -142,11 +143,25 @@ func (h *harness) reconciler(t *testing.T, be Backend) *Reconciler {
 	t.Helper()
 	r, err := New(&Config{Cluster: "c1"}, Options{
 		Store: h.store, Key: h.key, Source: h.src,
-		Backends: map[specs.Backend]Backend{specs.BackendLocal: be},
+		Families: []*backend.Family{{Name: "harness", Fleet: harnessFleet{}, Backends: map[specs.Backend]Backend{specs.BackendLocal: be}}},
 	})
 	require.NoError(t, err)
 	return r
 }
+
+// harnessFleet is the Fleet of the harness's admission, already written:
+// it is never asked to select or snapshot, and reserves nothing.
+type harnessFleet struct{ backend.Unreserved }
+
+func (harnessFleet) Select(context.Context, *specs.CertificationProfile, *specs.CertificationRequest) ([]string, error) {
+	panic("harness: admission is already written")
+}
+
+func (harnessFleet) Snapshot(context.Context, string, string, string) (*evidence.NodeSnapshot, error) {
+	panic("harness: admission is already written")
+}
+
+var _ backend.Fleet = harnessFleet{}
 
 func (h *harness) runState() *runState {
 	return newRunState(h.dir, h.adm, evidence.FileRef{Path: h.dir + "/admission.json", Digest: specs.DigestOf([]byte("adm"))})

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -11,17 +10,9 @@ import (
 	"time"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/crash"
-	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
-
-// NodeProvider identifies the nodes a run may use.
-type NodeProvider interface {
-	// Snapshot returns node's identity for run in cluster.
-	Snapshot(ctx context.Context, cluster, run, node string) (*evidence.NodeSnapshot, error)
-}
 
 // Result summarizes one reconcile pass.
 type Result struct {
@@ -150,243 +141,6 @@ func (p *pass) profileStatus(o *specs.Object) {
 		return
 	}
 	p.set(o, ready("Approved", "approved by "+strings.Join(d.Keys, ", "), ""))
-}
-
-// request acts on one request: admit it, or act on its run's cancel and
-// release. It returns an error only for failures that make the whole pass
-// unreliable (the evidence branch could not be read or written).
-func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
-	r := p.r
-	req := o.Request
-	run := o.Name
-	r.mu.Lock()
-	rs := r.runs[run]
-	r.mu.Unlock()
-	if rs == nil {
-		exists, err := r.store.Exists(ctx, evidence.IndexPath(r.cfg.Cluster, run))
-		if err != nil {
-			return false, err
-		}
-		if exists {
-			loaded, err := r.loadRun(ctx, run)
-			if err != nil {
-				return false, fmt.Errorf("run %s: %w", run, err)
-			}
-			rs = loaded
-		}
-	}
-	if rs != nil {
-		return false, p.admittedRequest(ctx, o, rs)
-	}
-	if req.Spec.Cancel {
-		p.set(o, stalled("CanceledBeforeAdmission", "spec.cancel is true: the request is never run"))
-		return false, nil
-	}
-	if f := p.findings(o); len(f) > 0 {
-		p.set(o, stalled("Invalid", strings.Join(f, "; ")))
-		return false, nil
-	}
-	d := p.decide(o.Ref(), o.Digest)
-	if !d.Approved {
-		p.set(o, stalled("NotApproved", strings.Join(d.Reasons, "; ")))
-		return false, nil
-	}
-	prof := p.rendering.Profile(req.Spec.Profile)
-	if prof == nil {
-		p.set(o, stalled("ProfileNotFound", fmt.Sprintf("spec.profile: %q is not in the rendered spec", req.Spec.Profile)))
-		return false, nil
-	}
-	if f := p.findings(prof); len(f) > 0 {
-		p.set(o, stalled("ProfileInvalid", strings.Join(f, "; ")))
-		return false, nil
-	}
-	pd := p.decide(prof.Ref(), prof.Digest)
-	if !pd.Approved {
-		p.set(o, stalled("ProfileNotApproved", strings.Join(pd.Reasons, "; ")))
-		return false, nil
-	}
-	if v := r.cfg.Ceiling.Check(prof.Profile, r.cfg.Backends); len(v) > 0 {
-		msgs := make([]string, len(v))
-		for i, x := range v {
-			msgs[i] = x.String()
-		}
-		p.set(o, stalled("ExceedsCeiling", fmt.Sprintf("profile %s asks for more than this reconciler allows: %s", prof.Name, strings.Join(msgs, "; "))))
-		return false, nil
-	}
-	nodes, err := r.participants(ctx, prof.Profile, req)
-	switch {
-	case p.waitForNodes(o, err):
-		return false, nil
-	case err != nil:
-		p.set(o, stalled("NoParticipants", err.Error()))
-		return false, nil
-	}
-	if err := r.holds.reserve(run, nodes); err != nil {
-		p.set(o, waiting("NodesBusy", err.Error()))
-		return false, nil
-	}
-	rs, err = r.admit(ctx, p, o, prof, nodes, append(d.Relied, pd.Relied...))
-	if err != nil {
-		r.holds.release(run, nodes)
-		var refused *refusedError
-		if errors.As(err, &refused) {
-			p.set(o, stalled(refused.reason, refused.msg))
-			return false, nil
-		}
-		if p.waitForNodes(o, err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("admit %s: %w", run, err)
-	}
-	p.set(o, progressing("Admitted", "run admitted", run))
-	r.startRun(rs)
-	return true, nil
-}
-
-// waitForNodes reports whether err says the request's nodes are busy or
-// not eligible now; the request then waits, and since the cluster can
-// change without a spec commit, the next pass is not a no-op.
-func (p *pass) waitForNodes(o *specs.Object, err error) bool {
-	reason := "NodesBusy"
-	switch {
-	case errors.Is(err, backend.ErrBusy):
-	case errors.Is(err, backend.ErrIneligible):
-		reason = "NodesIneligible"
-	default:
-		return false
-	}
-	p.set(o, waiting(reason, err.Error()))
-	p.waitingOnCluster = true
-	return true
-}
-
-// refusedError is a terminal refusal of one request: a person must act.
-type refusedError struct{ reason, msg string }
-
-func (e *refusedError) Error() string { return e.reason + ": " + e.msg }
-
-// participants resolves the nodes of a request. A local profile's one
-// participant is this machine; any other profile's come from the Fleet
-// (explicit names or selector and count, each node eligible).
-func (r *Reconciler) participants(ctx context.Context, prof *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
-	if !isLocalProfile(prof) {
-		if r.fleet == nil {
-			return nil, fmt.Errorf("profile %s has pod or mpijob checks; no Kubernetes backend is configured", prof.Metadata.Name)
-		}
-		return r.fleet.Select(ctx, prof, req)
-	}
-	if len(req.Spec.Nodes) != 1 || (req.Spec.Nodes[0] != "localhost" && req.Spec.Nodes[0] != r.hostname) {
-		return nil, fmt.Errorf("spec.nodes: a local profile's only participant is this machine, named %q or \"localhost\"; got %q", r.hostname, req.Spec.Nodes)
-	}
-	return []string{r.hostname}, nil
-}
-
-// isLocalProfile reports whether every check of prof runs on the local
-// backend (validation refuses a profile mixing local with other backends).
-func isLocalProfile(prof *specs.CertificationProfile) bool {
-	local := len(prof.Spec.Checks) > 0
-	for _, c := range prof.Spec.Checks {
-		local = local && c.Backend == specs.BackendLocal
-	}
-	return local
-}
-
-// admit writes the run's admission record: the frozen profile and request,
-// bundle and script digests, spec commit, trust-policy digest, node
-// snapshots, the approvals relied on, and the create-only run-ID index. A
-// name already used is refused: collisions are terminal.
-func (r *Reconciler) admit(ctx context.Context, p *pass, o, prof *specs.Object, nodes []string, relied []*signing.Approval) (*runState, error) {
-	run := o.Name
-	now := r.now()
-	dir := evidence.RunDir(r.cfg.Cluster, run, now)
-	bundle, ok := p.rendering.Bundles[prof.Name]
-	if !ok {
-		return nil, &refusedError{"BundleUnreadable", fmt.Sprintf("the bundle of profile %s could not be read", prof.Name)}
-	}
-	adm := evidence.Admission{
-		Cluster: r.cfg.Cluster, Run: run, AdmittedAt: now, SpecRepository: redactURL(r.cfg.Spec.URL),
-		SpecCommit: p.rev, SpecPath: r.cfg.Spec.Path, TrustPolicyDigest: p.policy.Digest(),
-		Request: evidence.ObjectRef{Kind: o.Kind, Name: o.Name, Digest: o.Digest}, RequestObject: *o.Request,
-		Profile: evidence.ObjectRef{Kind: prof.Kind, Name: prof.Name, Digest: prof.Digest}, ProfileObject: *prof.Profile,
-		Bundle:      evidence.BundleRecord{Path: prof.Profile.Spec.Bundle.Path, Digest: bundle.Digest},
-		RunDeadline: now.Add(prof.Profile.RunDeadline()),
-	}
-	for _, f := range bundle.Files {
-		adm.Bundle.Files = append(adm.Bundle.Files, evidence.FileRef{Path: f.Path, Digest: f.Digest})
-	}
-	kube := !isLocalProfile(prof.Profile)
-	var files []evidence.File
-	for i, n := range nodes {
-		node := n
-		if node == "localhost" {
-			node = r.hostname
-		}
-		var snap *evidence.NodeSnapshot
-		var err error
-		if kube {
-			snap, err = r.fleet.Snapshot(ctx, r.cfg.Cluster, run, node)
-		} else {
-			snap, err = r.nodes.Snapshot(ctx, r.cfg.Cluster, run, node)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("snapshot of node %s: %w", node, err)
-		}
-		b, err := json.MarshalIndent(snap, "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		np := evidence.NodePath(dir, node)
-		files = append(files, evidence.File{Path: np, Data: b})
-		adm.Participants = append(adm.Participants, evidence.Participant{Index: i, Node: node, UID: snap.UID, Snapshot: evidence.FileRef{Path: np, Digest: specs.DigestOf(b)}})
-	}
-	files = append(files, approvalCopies(dir, "", relied, &adm.Approvals)...)
-	subjects := []signing.Subject{signing.SubjectFor(o.Ref(), o.Digest)}
-	for _, part := range adm.Participants {
-		subjects = append(subjects, signing.SubjectFor(part.Snapshot.Path, part.Snapshot.Digest))
-	}
-	admPath := path.Join(dir, evidence.AdmissionFile)
-	f, err := r.document(admPath, evidence.PredicateAdmission, subjects, adm)
-	if err != nil {
-		return nil, err
-	}
-	files = append(files, f, evidence.File{Path: evidence.IndexPath(r.cfg.Cluster, run), Data: []byte(dir + "\n")})
-	// Reservation of the whole group (DESIGN §5 step 2) happens before the
-	// admission record is pushed, so that a group that cannot be reserved
-	// leaves no run behind: the request waits and nothing is changed. A
-	// crash between the two leaves a reservation naming a run the branch
-	// does not know; Recover repairs it.
-	var group []backend.Node
-	if kube {
-		for _, part := range adm.Participants {
-			group = append(group, backend.Node{Name: part.Node, UID: part.UID})
-		}
-		if err := r.fleet.Reserve(ctx, run, group); err != nil {
-			return nil, fmt.Errorf("reserving %s: %w", strings.Join(nodes, ", "), err)
-		}
-		crash.Point("after-reservation")
-	}
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s admitted (%s@%s)", r.cfg.Cluster, run, prof.Name, short(p.rev)), files); err != nil {
-		if kube {
-			r.unreserve(ctx, run, group)
-		}
-		if errors.Is(err, evidence.ErrExists) {
-			return nil, &refusedError{"NameCollision", fmt.Sprintf("run ID %q is already used in cluster %s (or was admitted concurrently): use a new request name", run, r.cfg.Cluster)}
-		}
-		return nil, err
-	}
-	crash.Point("after-admission")
-	r.log.Info("run admitted", "run", run, "profile", prof.Name, "nodes", nodes, "specCommit", p.rev)
-	return newRunState(dir, adm, evidence.FileRef{Path: admPath, Digest: specs.DigestOf(f.Data)}), nil
-}
-
-// unreserve rolls back a reservation whose admission was not recorded.
-// A failure is logged: Recover repairs what is left.
-func (r *Reconciler) unreserve(ctx context.Context, run string, group []backend.Node) {
-	for _, n := range group {
-		if err := r.fleet.Release(context.WithoutCancel(ctx), run, n); err != nil && !errors.Is(err, backend.ErrNotOurs) {
-			r.log.Error("rolling back a reservation failed; the next start repairs it", "run", run, "node", n.Name, "error", err)
-		}
-	}
 }
 
 // approvalCopies copies approvals (deduplicated by path) into the run's
@@ -538,10 +292,11 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 // longer the run's is left untouched (logged); other failures are retried
 // on the next pass, which finds the release document and comes back here.
 func (r *Reconciler) liftRetained(ctx context.Context, rs *runState, nodes []string) error {
-	if isLocalProfile(&rs.adm.ProfileObject) || r.fleet == nil {
+	fleet := r.fleetFor(&rs.adm.ProfileObject)
+	if fleet == nil {
 		return nil
 	}
-	_, err := r.releaseNodes(ctx, rs, nodes)
+	_, err := r.releaseNodes(ctx, fleet, rs, nodes)
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -29,13 +28,10 @@ type Reconciler struct {
 	key       *signing.PrivateKey
 	store     *evidence.Store
 	source    SpecSource
-	nodes     NodeProvider
-	fleet     backend.Fleet
-	backends  map[specs.Backend]Backend
+	families  []*backend.Family
 	metrics   *Metrics
 	now       func() time.Time
 	observer  func(Event)
-	hostname  string
 	only      string
 	holds     *holds
 	chain     chainCache
@@ -83,16 +79,14 @@ type Options struct {
 	Logger *slog.Logger
 	Store  *evidence.Store
 	Source SpecSource
-	Nodes  NodeProvider
-	// Fleet reserves Kubernetes nodes; nil when no Kubernetes backend is
-	// enabled.
-	Fleet    backend.Fleet
+	// Families are the backend families runs may use; no two serve the
+	// same check kind. Build adds the registered families the
+	// configuration enables.
+	Families []*backend.Family
 	Key      *signing.PrivateKey
-	Backends map[specs.Backend]Backend
 	Metrics  *Metrics
 	Now      func() time.Time
 	Observer func(Event)
-	Hostname string
 	// Only, when set, limits reconciles to the request of that name
 	// (`signet run`).
 	Only string
@@ -102,6 +96,9 @@ type Options struct {
 // then Start (daemon) or ReconcileOnce (one shot).
 func New(cfg *Config, o Options) (*Reconciler, error) {
 	cfg.withDefaults()
+	if err := checkFamilies(o.Families); err != nil {
+		return nil, err
+	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -116,14 +113,11 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	if o.Hostname == "" {
-		o.Hostname, _ = os.Hostname()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
-		source: o.Source, nodes: o.Nodes, fleet: o.Fleet, backends: o.Backends, metrics: o.Metrics, now: o.Now, observer: o.Observer,
-		hostname: o.Hostname, only: o.Only, holds: newHolds(), runs: map[string]*runState{},
+		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
+		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1),
 	}, nil
 }
@@ -132,14 +126,6 @@ func (r *Reconciler) observe(e Event) {
 	if r.observer != nil {
 		r.observer(e)
 	}
-}
-
-func (r *Reconciler) backendFor(b specs.Backend) (Backend, error) {
-	be, ok := r.backends[b]
-	if !ok {
-		return nil, fmt.Errorf("backend %q is not enabled in this reconciler", b)
-	}
-	return be, nil
 }
 
 // Start runs the poll loop until ctx ends: a reconcile every interval and

@@ -68,15 +68,25 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 // retain per verdict): a reservation naming a run the evidence branch does
 // not know (a crash between reservation and admission), a passing node of
 // a finished run, and a retained node whose release document is durable.
-// It runs at start-up, after every run of the cluster has been loaded.
+// It runs at start-up, after every run of the cluster has been loaded,
+// once for the Fleet of each family.
 func (r *Reconciler) repairReservations(ctx context.Context) error {
-	if r.fleet == nil {
-		return nil
+	for _, fam := range r.families {
+		if err := r.repairFleet(ctx, fam.Fleet); err != nil {
+			return err
+		}
 	}
-	if err := r.fleet.SweepCertified(ctx); err != nil {
+	return nil
+}
+
+// repairFleet is repairReservations for one family's Fleet: it sweeps its
+// stale certifications (logged, never fatal) and lifts the reservations no
+// run accounts for.
+func (r *Reconciler) repairFleet(ctx context.Context, fleet backend.Fleet) error {
+	if err := fleet.SweepCertified(ctx); err != nil {
 		r.log.Warn("sweeping certification labels", "error", err)
 	}
-	res, err := r.fleet.Reservations(ctx)
+	res, err := fleet.Reservations(ctx)
 	if err != nil {
 		return fmt.Errorf("reading node reservations: %w", err)
 	}
@@ -110,7 +120,7 @@ func (r *Reconciler) repairReservations(ctx context.Context) error {
 			}
 			why = "an approved release is recorded"
 		}
-		if err := r.fleet.Release(ctx, rv.Run, rv.Node); err != nil && !errors.Is(err, backend.ErrNotOurs) {
+		if err := fleet.Release(ctx, rv.Run, rv.Node); err != nil && !errors.Is(err, backend.ErrNotOurs) {
 			return fmt.Errorf("repairing the reservation of node %s by run %s: %w", rv.Node.Name, rv.Run, err)
 		}
 		if rs != nil {

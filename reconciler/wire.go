@@ -14,9 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/reconciler/local"
 	"signet.dev/signet/signing"
-	"signet.dev/signet/specs"
 )
 
 // Secrets are the credentials read from the files and variables the
@@ -67,9 +65,10 @@ func LoadSecrets(cfg *Config) (*Secrets, error) {
 }
 
 // Build wires a Reconciler from its configuration: the signing key, the
-// spec source and evidence store under StateDir, and the enabled
-// backends. o may set the observer and the Only filter; the rest of it is
-// filled here. Close the returned store when done.
+// spec source and evidence store under StateDir, and the registered
+// backend families the configuration enables (RegisterFamily). o may set
+// the observer, the clock, the Only filter and families of its own; the
+// rest of it is filled here. Close the returned store when done.
 func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg prometheus.Registerer, o Options) (*Reconciler, *evidence.Store, error) {
 	cfg.withDefaults()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
@@ -110,41 +109,13 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, fmt.Errorf("evidence store: %w", err)
 	}
-	backends := map[specs.Backend]Backend{}
-	if cfg.Backends.Local.Enabled {
-		lb, err := NewLocalBackend(cfg.Backends.Local)
-		if err != nil {
-			store.Close()
-			return nil, nil, err
-		}
-		// Checks work under a root of their own in the system temporary
-		// directory, never under StateDir (mode 0700), which the check's
-		// user must not reach. What a previous signet left there (it died
-		// mid-check) is ended and removed first.
-		lb.WorkRoot = cfg.Backends.Local.WorkRoot
-		if lb.WorkRoot == "" {
-			lb.WorkRoot = filepath.Join(os.TempDir(), "signet-"+cfg.Cluster)
-		}
-		if err := os.MkdirAll(lb.WorkRoot, 0o711); err != nil {
-			store.Close()
-			return nil, nil, fmt.Errorf("backends.local.workRoot: %w", err)
-		}
-		if killed, err := local.Sweep(lb.WorkRoot); err != nil {
-			log.Warn("sweeping the local work root", "error", err)
-		} else if len(killed) > 0 {
-			log.Warn("ended processes left by a previous signet", "pids", killed)
-		}
-		backends[specs.BackendLocal] = lb
+	fams, err := buildFamilies(ctx, FamilyEnv{Config: cfg, EvidenceID: store.ID(), Logger: log, Registerer: reg, Now: o.Now})
+	if err != nil {
+		store.Close()
+		return nil, nil, err
 	}
-	if cfg.Backends.kubeEnabled() {
-		fleet, err := buildKube(cfg, store.ID(), log, reg, backends)
-		if err != nil {
-			store.Close()
-			return nil, nil, err
-		}
-		o.Fleet = fleet
-	}
-	o.Logger, o.Store, o.Source, o.Nodes, o.Key, o.Backends, o.Metrics = log, store, src, LocalNodes{}, key, backends, NewMetrics(reg)
+	o.Families = append(o.Families, fams...)
+	o.Logger, o.Store, o.Source, o.Key, o.Metrics = log, store, src, key, NewMetrics(reg)
 	r, err := New(cfg, o)
 	if err != nil {
 		store.Close()

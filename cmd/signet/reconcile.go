@@ -147,7 +147,7 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
 // lease ends the process with an error (the Deployment restarts it as a
 // follower): a replica that lost the lease must not act on anything.
 func leadThen(ctx context.Context, cfg *reconciler.Config, le *reconciler.LeaderElectionConfig, log *slog.Logger, act func(context.Context) error) error {
-	rc, err := reconciler.KubeRESTConfig(cfg)
+	rc, err := kube.RESTConfig(cfg)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/reconciler"
+	_ "signet.dev/signet/reconciler/local" // the family the fixture's config enables
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )

@@ -1,5 +1,6 @@
 // Package backend holds the contract between the reconciler and the
-// backends that run checks and reserve nodes (DESIGN §4, §5, §7). The
+// backend families (Family: a Fleet and its Backends by check kind) that
+// run checks and reserve nodes (DESIGN §4, §5, §7). The
 // reconciler owns the lifecycle and the evidence; a backend only creates,
 // observes and removes what runs a check, and a Fleet only selects,
 // reserves and releases nodes. Both are built from durable records (the
@@ -160,7 +161,8 @@ type Fleet interface {
 	// Certify labels a node that passed with its certification (profile,
 	// run, expiry) when labelling is enabled; Uncertify removes those
 	// labels (a later non-Pass). Both are no-ops when the node's UID is not
-	// n.UID. SweepCertified removes labels whose node UID or bootID changed
+	// n.UID. A zero until leaves the expiry to the Fleet (its own TTL from
+	// the pass time); the reconciler always passes a zero until. SweepCertified removes labels whose node UID or bootID changed
 	// since certification, or that expired.
 	Certify(ctx context.Context, n Node, profile, run string, until time.Time) error
 	Uncertify(ctx context.Context, n Node) error

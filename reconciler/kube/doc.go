@@ -3,6 +3,9 @@
 // and the `signet exec` entrypoint that runs a check inside a pod. It talks
 // to the API server through client-go (typed clients for core objects, the
 // dynamic client for MPIJobs: no dependency on the MPI Operator's module).
+// It registers itself as the "kubernetes" backend family (family.go), built
+// from the configuration's kubernetes and backends.pod/mpijob sections, and
+// counts its API requests in signet_kube_requests_total (metrics.go).
 package kube
 
 // Names signet puts on Kubernetes objects. They are part of signet's

@@ -32,4 +32,8 @@
 // the directories, and recovery records such a check as interrupted. A User
 // shared with other software (nobody) can signal or trace that software's
 // processes: give the backend an account of its own. Linux only.
+//
+// It registers itself as the "local" backend family (family.go): this
+// machine as a one-node Fleet, reserved only by the reconciler's in-process
+// holds, and Backend (backend.go), the reconciler's adapter of Run.
 package local

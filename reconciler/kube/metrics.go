@@ -1,4 +1,4 @@
-package reconciler
+package kube
 
 import (
 	"net/http"
@@ -8,16 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// kubeRequestsName is the counter of the requests the reconciler's
+// requestsName is the counter of the requests the reconciler's
 // Kubernetes clients send.
-const kubeRequestsName = "signet_kube_requests_total"
+const requestsName = "signet_kube_requests_total"
 
-// newKubeRequests creates signet_kube_requests_total{verb, code} and
+// newRequestsCounter creates signet_kube_requests_total{verb, code} and
 // registers it with reg (when not nil). It is per reconciler, unlike
 // client-go's process-wide tools/metrics.
-func newKubeRequests(reg prometheus.Registerer) *prometheus.CounterVec {
+func newRequestsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: kubeRequestsName,
+		Name: requestsName,
 		Help: "Requests sent to the Kubernetes API server, by Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection) and HTTP status code (\"error\" when no response came).",
 	}, []string{"verb", "code"})
 	if reg != nil {
@@ -26,10 +26,10 @@ func newKubeRequests(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
-// countKubeRequests returns a rest.Config transport wrapper that counts
+// countRequests returns a rest.Config transport wrapper that counts
 // every request passing through it in c, once, when its response (or
 // error) arrives; a watch counts when its stream opens.
-func countKubeRequests(c *prometheus.CounterVec) func(http.RoundTripper) http.RoundTripper {
+func countRequests(c *prometheus.CounterVec) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
@@ -37,7 +37,7 @@ func countKubeRequests(c *prometheus.CounterVec) func(http.RoundTripper) http.Ro
 			if err == nil {
 				code = strconv.Itoa(resp.StatusCode)
 			}
-			c.WithLabelValues(kubeVerb(req), code).Inc()
+			c.WithLabelValues(verb(req), code).Inc()
 			return resp, err
 		})
 	}
@@ -47,13 +47,13 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// kubeVerb is the Kubernetes verb of req, derived from its method and path
+// verb is the Kubernetes verb of req, derived from its method and path
 // as the API server's RequestInfo does for resource requests
 // (/api/v1/[namespaces/NS/]RESOURCE[/NAME[/SUB]], likewise under
 // /apis/GROUP/VERSION): a GET without a name is a list, or a watch with
 // ?watch=true; a DELETE without a name is a deletecollection. Any other
 // method is "other", so the label's values stay bounded.
-func kubeVerb(req *http.Request) string {
+func verb(req *http.Request) string {
 	switch req.Method {
 	case http.MethodPost:
 		return "create"

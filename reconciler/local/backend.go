@@ -1,4 +1,4 @@
-package reconciler
+package local
 
 import (
 	"context"
@@ -11,17 +11,18 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
-	"signet.dev/signet/reconciler/local"
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
 
-// LocalBackend runs checks as child processes on this machine (DESIGN §7).
+// Backend runs checks as child processes on this machine (DESIGN §7).
 // Its only participant is this machine. A check's process dies with the
 // reconciler, so after a restart there is never anything to adopt: an
 // intent without evidence is recorded as interrupted.
-type LocalBackend struct {
+type Backend struct {
 	// User runs the checks when signet runs as root; nil otherwise.
-	User *local.User
+	User *User
 	// Grace is the time between TERM and KILL.
 	Grace time.Duration
 	// WorkRoot is the parent of each check's temporary directory.
@@ -30,14 +31,14 @@ type LocalBackend struct {
 	MaxLogBytes int
 }
 
-var _ Backend = (*LocalBackend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
-// NewLocalBackend returns the local backend for cfg. When signet runs as
+// NewBackend returns the local backend for cfg. When signet runs as
 // root, checks run as cfg.User, which must be unprivileged.
-func NewLocalBackend(cfg LocalConfig) (*LocalBackend, error) {
-	b := &LocalBackend{Grace: time.Duration(cfg.Grace) * time.Second}
+func NewBackend(cfg reconciler.LocalConfig) (*Backend, error) {
+	b := &Backend{Grace: time.Duration(cfg.Grace) * time.Second}
 	if os.Geteuid() == 0 {
-		u, err := local.LookupUser(cfg.User)
+		u, err := LookupUser(cfg.User)
 		if err != nil {
 			return nil, fmt.Errorf("backends.local.user: %w", err)
 		}
@@ -48,7 +49,7 @@ func NewLocalBackend(cfg LocalConfig) (*LocalBackend, error) {
 
 // Describe names the process by run and check; the rendered object is the
 // script digest and environment shape.
-func (b *LocalBackend) Describe(c *CheckRun) ([]string, specs.Digest, error) {
+func (b *Backend) Describe(c *backend.CheckRun) ([]string, specs.Digest, error) {
 	if len(c.Participants) != 1 {
 		return nil, "", fmt.Errorf("local backend: %d participants, want 1", len(c.Participants))
 	}
@@ -64,7 +65,7 @@ func (b *LocalBackend) Describe(c *CheckRun) ([]string, specs.Digest, error) {
 }
 
 // Run runs the check's script once and waits for it.
-func (b *LocalBackend) Run(ctx context.Context, c *CheckRun) (*CheckReport, error) {
+func (b *Backend) Run(ctx context.Context, c *backend.CheckRun) (*backend.CheckReport, error) {
 	part := c.Participants[0]
 	done := make(chan struct{})
 	go func() {
@@ -75,7 +76,7 @@ func (b *LocalBackend) Run(ctx context.Context, c *CheckRun) (*CheckReport, erro
 		case <-done:
 		}
 	}()
-	rep, err := local.Run(ctx, local.Request{
+	rep, err := Run(ctx, Request{
 		Script: c.Script, ScriptName: path.Base(c.Check.Script), Env: c.Env(0), Deadline: c.Deadline,
 		Grace: b.Grace, MaxLogBytes: b.MaxLogBytes, User: b.User, WorkRoot: b.WorkRoot,
 	})
@@ -83,37 +84,29 @@ func (b *LocalBackend) Run(ctx context.Context, c *CheckRun) (*CheckReport, erro
 	if err != nil && rep == nil {
 		return nil, err
 	}
-	pr := ParticipantReport{
+	pr := backend.ParticipantReport{
 		Node: part.Node, Termination: rep.Termination, Result: rep.Result, Stdout: rep.Stdout, Stderr: rep.Stderr,
 		Identity: evidence.Identity{Node: part.Node, NodeUID: part.UID},
 	}
 	if rep.Termination.Started && rep.PID > 0 {
 		pr.Identity.Workload = "pid:" + strconv.Itoa(rep.PID)
 	}
-	return &CheckReport{StartedAt: rep.Started, EndedAt: rep.Ended, Participants: []ParticipantReport{pr}}, nil
+	return &backend.CheckReport{StartedAt: rep.Started, EndedAt: rep.Ended, Participants: []backend.ParticipantReport{pr}}, nil
 }
 
 // Adopt finds nothing: a local check's process group does not outlive the
 // reconciler that started it.
-func (b *LocalBackend) Adopt(context.Context, *CheckRun) (*CheckReport, bool, error) {
+func (b *Backend) Adopt(context.Context, *backend.CheckRun) (*backend.CheckReport, bool, error) {
 	return nil, false, nil
 }
 
 // Cleanup has nothing left to remove: Run removes the check's temporary
 // directory once it has read the result and logs into memory.
-func (b *LocalBackend) Cleanup(context.Context, *CheckRun) error { return nil }
+func (b *Backend) Cleanup(context.Context, *backend.CheckRun) error { return nil }
 
-func userName(u *local.User) string {
+func userName(u *User) string {
 	if u == nil {
 		return ""
 	}
 	return u.Name
-}
-
-// LocalNodes identifies this machine, the local backend's one node.
-type LocalNodes struct{}
-
-// Snapshot returns this machine's identity for run.
-func (LocalNodes) Snapshot(ctx context.Context, cluster, run, _ string) (*evidence.NodeSnapshot, error) {
-	return local.Snapshot(ctx, cluster, run)
 }

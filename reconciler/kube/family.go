@@ -1,0 +1,81 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/specs"
+)
+
+// FamilyName is the name the Kubernetes family registers under.
+const FamilyName = "kubernetes"
+
+func init() { reconciler.RegisterFamily(FamilyName, NewFamily) }
+
+// RESTConfig is the client configuration of cfg.Kubernetes: its
+// kubeconfig file, or the in-cluster service-account token when none is
+// set. Client-side rate limits are raised from client-go's defaults (5 QPS)
+// so that many concurrent runs are not throttled by the client.
+func RESTConfig(cfg *reconciler.Config) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubernetes.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubernetes.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+		}
+	} else if rc, err = rest.InClusterConfig(); err != nil {
+		return nil, fmt.Errorf("kubernetes: no kubeconfig set and not running in a cluster: %w", err)
+	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = 50, 100
+	rc.UserAgent = "signet-reconciler/" + cfg.Cluster
+	return rc, nil
+}
+
+// NewFamily is the reconciler.FamilyFactory of the Kubernetes family, nil
+// when neither backends.pod nor backends.mpijob is enabled: the Fleet
+// (reserving for the evidence branch env.EvidenceID) and the enabled pod
+// and mpijob backends, all in the ceiling's namespace. Every request of
+// their clients is counted in signet_kube_requests_total, registered with
+// env.Registerer (when not nil).
+func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, error) {
+	cfg := env.Config
+	if !cfg.Backends.Pod.Enabled && !cfg.Backends.MPIJob.Enabled {
+		return nil, nil
+	}
+	rc, err := RESTConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc.Wrap(countRequests(newRequestsCounter(env.Registerer)))
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	fo := FleetOptions{Cluster: cfg.Cluster, Evidence: env.EvidenceID, Now: env.Now, Logger: env.Logger}
+	if ttl := time.Duration(cfg.Kubernetes.CertifyTTL) * time.Second; ttl > 0 {
+		fo.Certify = &CertifyOptions{TTL: ttl}
+	}
+	ns := cfg.Ceiling.Namespace
+	fam := &backend.Family{Name: FamilyName, Fleet: NewFleet(client, fo), Backends: map[specs.Backend]backend.Backend{}}
+	if cfg.Backends.Pod.Enabled {
+		fam.Backends[specs.BackendPod] = NewPodBackend(client, PodOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: env.Logger})
+	}
+	if cfg.Backends.MPIJob.Enabled {
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+		fam.Backends[specs.BackendMPIJob] = NewMPIJobBackend(dyn, client, MPIJobOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: env.Logger})
+	}
+	return fam, nil
+}

@@ -1,0 +1,86 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/specs"
+)
+
+// FamilyName is the name the local family registers under.
+const FamilyName = "local"
+
+func init() { reconciler.RegisterFamily(FamilyName, NewFamily) }
+
+// NewFamily is the reconciler.FamilyFactory of the local family: this
+// machine as a one-node Fleet and the local backend, when the
+// configuration's backends.local is enabled (nil otherwise). Checks work
+// under a root of their own in the system temporary directory, never under
+// stateDir (mode 0700), which the check's user must not reach; what a
+// previous signet left there (it died mid-check) is ended and removed
+// first.
+func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, error) {
+	cfg := env.Config
+	if !cfg.Backends.Local.Enabled {
+		return nil, nil
+	}
+	lb, err := NewBackend(cfg.Backends.Local)
+	if err != nil {
+		return nil, err
+	}
+	lb.WorkRoot = cfg.Backends.Local.WorkRoot
+	if lb.WorkRoot == "" {
+		lb.WorkRoot = filepath.Join(os.TempDir(), "signet-"+cfg.Cluster)
+	}
+	if err := os.MkdirAll(lb.WorkRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("backends.local.workRoot: %w", err)
+	}
+	if killed, err := Sweep(lb.WorkRoot); err != nil {
+		env.Logger.Warn("sweeping the local work root", "error", err)
+	} else if len(killed) > 0 {
+		env.Logger.Warn("ended processes left by a previous signet", "pids", killed)
+	}
+	return FamilyOf(lb), nil
+}
+
+// FamilyOf is the local family with backend b: this machine, under its
+// host name, as the one node.
+func FamilyOf(b *Backend) *backend.Family {
+	host, _ := os.Hostname()
+	return &backend.Family{
+		Name:     FamilyName,
+		Fleet:    Fleet{Hostname: host},
+		Backends: map[specs.Backend]backend.Backend{specs.BackendLocal: b},
+	}
+}
+
+// Fleet is this machine as the one node of the local family. Its only
+// reservation is the reconciler's in-process hold: a local check's
+// process dies with the reconciler, so nothing outlives it to repair, and
+// there is nowhere to put certification labels.
+type Fleet struct {
+	backend.Unreserved
+	// Hostname names this machine in the evidence.
+	Hostname string
+}
+
+var _ backend.Fleet = Fleet{}
+
+// Select returns this machine when the request names it, by its host name
+// or as "localhost", and nothing else; the error names the accepted names.
+func (f Fleet) Select(_ context.Context, _ *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
+	if len(req.Spec.Nodes) != 1 || (req.Spec.Nodes[0] != "localhost" && req.Spec.Nodes[0] != f.Hostname) {
+		return nil, fmt.Errorf("spec.nodes: a local profile's only participant is this machine, named %q or \"localhost\"; got %q", f.Hostname, req.Spec.Nodes)
+	}
+	return []string{f.Hostname}, nil
+}
+
+// Snapshot returns this machine's identity for run.
+func (Fleet) Snapshot(ctx context.Context, cluster, run, _ string) (*evidence.NodeSnapshot, error) {
+	return Snapshot(ctx, cluster, run)
+}

@@ -1,0 +1,156 @@
+package evidence
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/internal/gittest"
+)
+
+// TestTreeOrder appends, over several commits, names whose Git order
+// differs from plain byte order (a directory sorts as if its name ended
+// with "/"), so that spliced trees insert before, between and after
+// existing entries. git fsck --strict refuses a tree out of order.
+func TestTreeOrder(t *testing.T) {
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	gittest.InitBare(t, remote)
+	signer, _ := testSigner(t)
+	opts := testOptions(t, remote, signer)
+	s := openStore(t, opts)
+	steps := [][]File{
+		{{Path: "d/a-b", Data: []byte("1")}, {Path: "d/m", Data: []byte("2")}},
+		{{Path: "d/a/x", Data: []byte("3")}, {Path: "d/a.json", Data: []byte("4")}},
+		{{Path: "d/a0", Data: []byte("5")}, {Path: "d/a/y", Data: []byte("6")}, {Path: "d/0", Data: []byte("7")}, {Path: "d/z/q", Data: []byte("8")}},
+		{{Path: "d/a/w", Data: []byte("9")}, {Path: "d/ab", Data: []byte("10")}, {Path: "e", Data: []byte("11")}},
+	}
+	for _, files := range steps {
+		_, err := s.Append(t.Context(), "", files)
+		require.NoError(t, err)
+	}
+	_, err := s.Append(t.Context(), "", []File{{Path: "d/a/x", Data: []byte("again")}})
+	require.ErrorIs(t, err, ErrExists)
+	_, err = s.Append(t.Context(), "", []File{{Path: "d/a-b/x", Data: []byte("under a file")}})
+	require.ErrorIs(t, err, ErrExists)
+	_, err = s.Append(t.Context(), "", []File{{Path: "d/a", Data: []byte("over a directory")}})
+	require.ErrorIs(t, err, ErrExists)
+
+	out, err := gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	assert.Equal(t, "0\na-b\na.json\na/w\na/x\na/y\na0\nab\nm\nz/q",
+		gittest.Git(t, remote, "-c", "core.quotePath=false", "ls-tree", "-r", "--name-only", "signet/evidence:d"))
+	for _, files := range steps {
+		for _, f := range files {
+			got, err := gittest.Cmd(t, remote, "cat-file", "blob", "signet/evidence:"+f.Path).Output()
+			require.NoError(t, err)
+			assert.Equal(t, f.Data, got, f.Path)
+		}
+	}
+}
+
+// TestParseMode: tree modes parse as strconv.ParseUint(s, 8, 32) would
+// (no sign, no underscore, no digit 8 or 9, nothing past 32 bits).
+func TestParseMode(t *testing.T) {
+	for _, s := range []string{"100644", "40000", "040000", "160000", "120000", "100755", "0", "7", "",
+		"8", "9", "-1", "+1", "1_0", " 1", "1 ", "37777777777", "40000000000", "00000000000000000001", "777777777777"} {
+		want, err := strconv.ParseUint(s, 8, 32)
+		got, ok := parseMode([]byte(s))
+		if err != nil {
+			assert.False(t, ok, "%q parsed as %o", s, got)
+			continue
+		}
+		if len(s) > 11 {
+			assert.False(t, ok, "%q: longer than any mode", s)
+			continue
+		}
+		assert.True(t, ok, "%q refused", s)
+		assert.Equal(t, uint32(want), got, "%q", s)
+	}
+}
+
+// TestAppendStartsFromCachedTrees: after a flush moves the overlay to a
+// mirror pack, the store keeps the trees its appends wrote, and the next
+// append to the same directory starts from them instead of the pack. The
+// trees it then writes must be exactly what Git reads back.
+func TestAppendStartsFromCachedTrees(t *testing.T) {
+	saved := flushObjects
+	t.Cleanup(func() { flushObjects = saved })
+	flushObjects = 1 // every append is flushed
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	gittest.InitBare(t, remote)
+	signer, _ := testSigner(t)
+	s := openStore(t, testOptions(t, remote, signer))
+	var want []string
+	for i := range 12 {
+		p := fmt.Sprintf("runs/c/%02d/doc-%02d", i%3, i)
+		_, err := s.Append(t.Context(), "", []File{{Path: p, Data: []byte(p)}})
+		require.NoError(t, err)
+		want = append(want, p)
+		// The directory the next append to runs/c/<i%3> starts from is
+		// the tip's tree there, and it is cached.
+		h := gittest.Git(t, remote, "rev-parse", fmt.Sprintf("signet/evidence:runs/c/%02d", i%3))
+		s.mu.Lock()
+		_, cached := s.objs.trees.m[plumbing.NewHash(strings.TrimSpace(h))]
+		s.mu.Unlock()
+		assert.True(t, cached, "tree of runs/c/%02d after append %d", i%3, i)
+	}
+	// Every append after the first three started from a cached tree
+	// (at least its directory's).
+	s.objs.trees.mu.Lock()
+	hits := s.objs.trees.hits
+	s.objs.trees.mu.Unlock()
+	assert.GreaterOrEqual(t, hits, 9, "appends that started from a cached tree")
+	out, err := gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling", "--no-progress")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	slices.Sort(want)
+	assert.Equal(t, strings.Join(want, "\n"), gittest.Git(t, remote, "ls-tree", "-r", "--name-only", "signet/evidence"))
+}
+
+// FuzzRawEntries: the tree reader the audit and the store use on objects
+// read from any repository either refuses a tree or reads entries that
+// are, end to end, exactly its bytes, each "<octal mode> <name>\0<hash>"
+// with a mode strconv reads the same, a non-empty name without NUL.
+func FuzzRawEntries(f *testing.F) {
+	var tree []byte
+	for _, e := range []treeEntry{{name: "a", mode: filemode.Regular}, {name: "d", mode: filemode.Dir}, {name: "x.json", mode: filemode.Executable}} {
+		tree = e.append(tree)
+	}
+	f.Add(tree)
+	f.Add([]byte("040000 d\x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Add([]byte("100644 \x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Add([]byte("+1 a\x00aaaaaaaaaaaaaaaaaaaa"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var whole []byte
+		for e, err := range rawEntries(data) {
+			if err != nil {
+				return
+			}
+			whole = append(whole, e.raw...)
+			sp := bytes.IndexByte(e.raw, ' ')
+			mode, perr := strconv.ParseUint(string(e.raw[:sp]), 8, 32)
+			if perr != nil || uint32(mode) != uint32(e.mode) {
+				t.Fatalf("mode %q read as %o (strconv: %o, %v)", e.raw[:sp], e.mode, mode, perr)
+			}
+			if len(e.name) == 0 || bytes.IndexByte(e.name, 0) >= 0 {
+				t.Fatalf("name %q", e.name)
+			}
+			if !bytes.Equal(e.raw, slices.Concat(e.raw[:sp+1], e.name, []byte{0}, e.hash[:])) {
+				t.Fatalf("entry %q is not mode, name and hash", e.raw)
+			}
+		}
+		if !bytes.Equal(whole, data) {
+			t.Fatalf("entries cover %d of %d bytes", len(whole), len(data))
+		}
+	})
+}

@@ -206,9 +206,20 @@ func (d *Dir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, 
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
 	}
-	f, err := getInflater(raw)
+	t, data, err := parseLoose(raw, limit)
 	if err != nil {
 		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	return t, data, nil
+}
+
+// parseLoose reads the type and content of a loose object file: one zlib
+// stream of "<type> <size>\0<content>". A size over limit (or over
+// maxObjectSize) is refused before it is allocated.
+func parseLoose(raw []byte, limit int64) (plumbing.ObjectType, []byte, error) {
+	f, err := getInflater(raw)
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
 	}
 	defer putInflater(f)
 	zr := f.zr
@@ -217,23 +228,23 @@ func (d *Dir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, 
 	sp := bytes.IndexByte(hdr[:n], ' ')
 	nul := bytes.IndexByte(hdr[:n], 0)
 	if sp < 0 || nul < sp {
-		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: malformed header", h)
+		return plumbing.InvalidObject, nil, errors.New("malformed header")
 	}
 	t, err := plumbing.ParseObjectType(string(hdr[:sp]))
 	if err != nil {
-		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+		return plumbing.InvalidObject, nil, err
 	}
 	size, err := strconv.ParseInt(string(hdr[sp+1:nul]), 10, 64)
 	if err != nil || size < 0 {
-		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: malformed size", h)
+		return plumbing.InvalidObject, nil, errors.New("malformed size")
 	}
 	if err := checkSize(size, limit); err != nil {
-		return plumbing.InvalidObject, nil, fmt.Errorf("object %s: %w", h, err)
+		return plumbing.InvalidObject, nil, err
 	}
 	data := make([]byte, size)
 	got := copy(data, hdr[nul+1:n])
 	if _, err := io.ReadFull(zr, data[got:]); err != nil {
-		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+		return plumbing.InvalidObject, nil, err
 	}
 	return t, data, nil
 }

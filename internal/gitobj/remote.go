@@ -67,7 +67,9 @@ func (a Auth) GoString() string { return a.String() }
 // LogValue is String, so slog redacts too.
 func (a Auth) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
-func (a Auth) secrets() []string {
+// Secrets lists the values to scrub from any message: the token and the
+// password, as given and URL-escaped.
+func (a Auth) Secrets() []string {
 	var s []string
 	for _, v := range []string{a.Token, a.Password} {
 		if v != "" {
@@ -151,7 +153,7 @@ func NewRemote(rawURL string, a Auth) (*Remote, error) {
 	default:
 		return nil, fmt.Errorf("URL: protocol %q is not supported (local path, file, http, https, ssh)", ep.Protocol)
 	}
-	r.secrets = append(r.secrets, a.secrets()...)
+	r.secrets = append(r.secrets, a.Secrets()...)
 	r.display = ep.String()
 	c, err := client.NewClient(ep)
 	if err != nil {

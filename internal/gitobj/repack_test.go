@@ -48,7 +48,7 @@ func removeNow(remove func() error) error { return remove() }
 // versions of similar files gc'd with deltas (what a fetch from a gc'd
 // remote brings), then more commits in a pack of their own. With window
 // 0 no pack holds a delta.
-func gitPacks(t *testing.T, window string) string {
+func gitPacks(t testing.TB, window string) string {
 	dir := t.TempDir()
 	gittest.Git(t, dir, "init", "-q")
 	commit := func(i int) {
@@ -72,7 +72,7 @@ func gitPacks(t *testing.T, window string) string {
 
 // allObjects lists a repository's objects as `git cat-file
 // --batch-check` shows them (name, type, size), sorted.
-func allObjects(t *testing.T, dir string) []string {
+func allObjects(t testing.TB, dir string) []string {
 	out := gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	sort.Strings(lines)

@@ -22,9 +22,10 @@ import (
 // loose objects read whole. It is what the audit reads a branch with:
 // go-git's pack reader seeks and reads the file for every object header
 // and body, which made the walk of a branch cost several times the
-// signature checks. Dir is safe for concurrent use, never writes,
-// and checks the hash of every object it returns (a pack or loose file
-// whose content does not hash to its name is an error, never returned).
+// signature checks. Dir is safe for concurrent use, and checks the hash
+// of every object it returns (a pack or loose file whose content does not
+// hash to its name is an error, never returned). Reading never writes;
+// only AddPack and Consolidate, for a repository's one writer, do.
 type Dir struct {
 	dir string // the objects directory
 

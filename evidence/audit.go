@@ -1,9 +1,7 @@
 package evidence
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -212,30 +210,30 @@ type branchReader struct {
 	branch  string
 	tip     plumbing.Hash
 	repo    *git.Repository
-	// objs reads the objects the audit walks: objectDir where the
+	// objs reads the objects the audit walks: gitobj.Dir where the
 	// objects directory is plain, go-git's storer otherwise.
-	objs    objectSource
+	objs    gitobj.Source
 	cleanup func()
 }
 
 func (b *branchReader) close() {
-	if d, ok := b.objs.(*objectDir); ok {
-		d.close()
+	if d, ok := b.objs.(*gitobj.Dir); ok {
+		d.Close()
 	}
 	if b.cleanup != nil {
 		b.cleanup()
 	}
 }
 
-// sourceFor returns the fastest reader of gitDir's objects: objectDir,
-// or st when the objects directory is not one objectDir reads.
-func sourceFor(gitDir string, st storer.EncodedObjectStorer) objectSource {
+// sourceFor returns the fastest reader of gitDir's objects: gitobj.Dir,
+// or st when the objects directory is not one gitobj.Dir reads.
+func sourceFor(gitDir string, st storer.EncodedObjectStorer) gitobj.Source {
 	if gitDir != "" {
-		if d, err := openObjectDir(gitDir); err == nil {
+		if d, err := gitobj.OpenDir(gitDir); err == nil {
 			return d
 		}
 	}
-	return storerSource{st}
+	return gitobj.StorerSource{Storer: st}
 }
 
 // isRemoteURL reports whether repo names a remote rather than a local
@@ -331,8 +329,8 @@ func openStorage(gitDir string) (*filesystem.Storage, func(), error) {
 
 // readRaw returns the content of object h of type t, refusing one
 // larger than an evidence file may be.
-func readRaw(src objectSource, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
-	b, err := src.object(t, h, signing.MaxEnvelopeSize*2)
+func readRaw(src gitobj.Source, t plumbing.ObjectType, h plumbing.Hash) ([]byte, error) {
+	b, err := src.Object(t, h, signing.MaxEnvelopeSize*2)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: could not read %s %s: %w", t, h, err)
 	}
@@ -340,12 +338,12 @@ func readRaw(src objectSource, t plumbing.ObjectType, h plumbing.Hash) ([]byte, 
 }
 
 // readTree returns the entries of tree h.
-func readTree(src objectSource, h plumbing.Hash) ([]object.TreeEntry, error) {
-	b, err := src.object(plumbing.TreeObject, h, 0)
+func readTree(src gitobj.Source, h plumbing.Hash) ([]object.TreeEntry, error) {
+	b, err := src.Object(plumbing.TreeObject, h, 0)
 	if err != nil {
 		return nil, err
 	}
-	return parseTree(b)
+	return gitobj.ParseTree(b)
 }
 
 // commitInfo is one commit of the first-parent history, oldest first.
@@ -442,30 +440,30 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
-		c, err := parseCommitHeader(raw)
+		c, err := gitobj.ParseCommitHeader(raw)
 		if err != nil {
 			return fmt.Errorf("evidence: could not decode commit %s: %w", h, err)
 		}
-		tree := c.tree
+		tree := c.Tree
 		if dir != "" {
-			if tree, err = lookupTree(a.rd.objs, c.tree, dir); err != nil {
+			if tree, err = lookupTree(a.rd.objs, c.Tree, dir); err != nil {
 				return err
 			}
 			if tree.IsZero() {
 				break
 			}
 		}
-		ci := &commitInfo{hash: h, tree: tree, when: c.when, sigErr: &sigResult{raw: raw}}
+		ci := &commitInfo{hash: h, tree: tree, when: c.When, sigErr: &sigResult{raw: raw}}
 		chain = append(chain, ci)
 		a.pool.submitCommit(ci)
-		if len(c.parents) > 1 {
+		if len(c.Parents) > 1 {
 			a.add(Finding{Rule: RuleLinearHistory, Commit: h.String(),
-				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.parents))})
+				Message: fmt.Sprintf("merge commit with %d parents: the evidence branch only moves fast-forward by single-parent commits; only the first parent is audited", len(c.Parents))})
 		}
-		if len(c.parents) == 0 {
+		if len(c.Parents) == 0 {
 			break
 		}
-		h = c.parents[0]
+		h = c.Parents[0]
 	}
 	slices.Reverse(chain)
 	for i, c := range chain {
@@ -474,74 +472,6 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 	}
 	a.commits = chain
 	return nil
-}
-
-// commitHeader is what the walk needs of a commit.
-type commitHeader struct {
-	tree    plumbing.Hash
-	parents []plumbing.Hash
-	when    time.Time // committer time
-}
-
-// parseCommitHeader reads the tree, parents and committer time of a raw
-// commit (its header lines, up to the first empty line): the walk reads
-// every commit of the branch, and go-git's decoder also copies the
-// message and signature through a buffered reader.
-func parseCommitHeader(raw []byte) (commitHeader, error) {
-	var c commitHeader
-	var haveTree, haveCommitter bool
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if len(line) == 0 {
-			break
-		}
-		key, val, _ := bytes.Cut(line, []byte{' '})
-		switch string(key) {
-		case "tree", "parent":
-			var h plumbing.Hash
-			if len(val) != 2*hashSize {
-				return c, fmt.Errorf("malformed %s line", key)
-			}
-			if _, err := hex.Decode(h[:], val); err != nil {
-				return c, fmt.Errorf("malformed %s line", key)
-			}
-			if string(key) == "tree" {
-				if haveTree {
-					return c, errors.New("two tree lines")
-				}
-				c.tree, haveTree = h, true
-			} else {
-				c.parents = append(c.parents, h)
-			}
-		case "committer":
-			// committer NAME <EMAIL> UNIX-SECONDS ZONE
-			gt := bytes.LastIndexByte(val, '>')
-			if gt < 0 {
-				return c, errors.New("malformed committer line")
-			}
-			f := strings.Fields(string(val[gt+1:]))
-			if len(f) != 2 {
-				return c, errors.New("malformed committer line")
-			}
-			sec, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return c, errors.New("malformed committer time")
-			}
-			if haveCommitter {
-				return c, errors.New("two committer lines")
-			}
-			c.when, haveCommitter = time.Unix(sec, 0), true
-		}
-	}
-	if !haveTree || !haveCommitter {
-		return c, errors.New("no tree or committer line")
-	}
-	return c, nil
 }
 
 // replay diffs each commit's tree (of dir) against its parent's, reading
@@ -579,7 +509,7 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 
 // lookupTree returns the hash of the directory p under root, zero when
 // there is none (or p is a file).
-func lookupTree(src objectSource, root plumbing.Hash, p string) (plumbing.Hash, error) {
+func lookupTree(src gitobj.Source, root plumbing.Hash, p string) (plumbing.Hash, error) {
 	e, err := lookupEntry(src, root, p)
 	if err != nil || e == nil || e.Mode != filemode.Dir {
 		return plumbing.ZeroHash, err
@@ -588,7 +518,7 @@ func lookupTree(src objectSource, root plumbing.Hash, p string) (plumbing.Hash, 
 }
 
 // lookupEntry returns the entry at p under root, nil when there is none.
-func lookupEntry(src objectSource, root plumbing.Hash, p string) (*object.TreeEntry, error) {
+func lookupEntry(src gitobj.Source, root plumbing.Hash, p string) (*object.TreeEntry, error) {
 	cur := object.TreeEntry{Mode: filemode.Dir, Hash: root}
 	for _, name := range strings.Split(p, "/") {
 		if cur.Mode != filemode.Dir {
@@ -921,7 +851,7 @@ type docRec struct {
 type verifyPool struct {
 	policy  *signing.TrustPolicy
 	signers signing.Signers
-	objs    objectSource
+	objs    gitobj.Source
 	jobs    chan func()
 	reads   bool
 	wg      sync.WaitGroup
@@ -940,7 +870,7 @@ type approvalResult struct {
 }
 
 func newVerifyPool(rd *branchReader, p *signing.TrustPolicy, n int) *verifyPool {
-	vp := &verifyPool{policy: p, signers: p.Signers(signing.RoleEvidenceSigner), objs: rd.objs, reads: rd.objs.concurrent(),
+	vp := &verifyPool{policy: p, signers: p.Signers(signing.RoleEvidenceSigner), objs: rd.objs, reads: rd.objs.Concurrent(),
 		jobs: make(chan func(), 1024), approvals: map[plumbing.Hash]*approvalResult{}}
 	for range n {
 		vp.workers.Go(func() {

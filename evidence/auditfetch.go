@@ -24,7 +24,7 @@ import (
 // in auth) never appear in its errors.
 func fetchBranch(ctx context.Context, rawURL string, auth Auth, ref plumbing.ReferenceName) (*branchReader, error) {
 	display, secrets := redact(rawURL)
-	secrets = append(secrets, auth.secrets()...)
+	secrets = append(secrets, auth.Secrets()...)
 	scrub := func(err error) error {
 		msg := err.Error()
 		for _, s := range secrets {

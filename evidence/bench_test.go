@@ -17,9 +17,10 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/revlist"
-	"github.com/go-git/go-git/v5/storage/memory"
+
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/gittest"
 )
 
@@ -172,8 +173,8 @@ func BenchmarkAppend(b *testing.B) {
 				defer s.mu.Unlock()
 				root, err := newChangeTree(files)
 				require.NoError(b, err)
-				bl := &builder{st: s.objs, objs: memory.NewStorage()}
-				c, err := bl.commit(s.tip, root, "bench\n", s.signature(), s.opts.CommitSigner)
+				bl := gitobj.NewBuilder(s.objs)
+				c, err := bl.Commit(s.tip, root, "bench\n", s.signature(), s.signCommit)
 				require.NoError(b, err)
 				require.NoError(b, s.keep(bl))
 				s.tip = c
@@ -244,12 +245,12 @@ func BenchmarkPush(b *testing.B) {
 				b.StopTimer()
 				root, err := newChangeTree(nextRun())
 				require.NoError(b, err)
-				bl := &builder{st: s.objs, objs: memory.NewStorage()}
-				c, err := bl.commit(s.tip, root, "bench\n", s.signature(), s.opts.CommitSigner)
+				bl := gitobj.NewBuilder(s.objs)
+				c, err := bl.Commit(s.tip, root, "bench\n", s.signature(), s.signCommit)
 				require.NoError(b, err)
 				b.StartTimer()
 				cpu.start()
-				require.NoError(b, s.remote.push(b.Context(), bl.objs, s.ref, s.tip, c, bl.hashes))
+				require.NoError(b, s.remote.Push(b.Context(), bl.Objects(), s.ref, s.tip, c, bl.Hashes()))
 				cpu.stop()
 				b.StopTimer()
 				require.NoError(b, s.keep(bl))
@@ -291,10 +292,10 @@ func BenchmarkPush(b *testing.B) {
 				b.StopTimer()
 				root, err := newChangeTree(nextRun())
 				require.NoError(b, err)
-				bl := &builder{st: s.objs, objs: memory.NewStorage()}
-				c, err := bl.commit(s.tip, root, "bench\n", s.signature(), s.opts.CommitSigner)
+				bl := gitobj.NewBuilder(s.objs)
+				c, err := bl.Commit(s.tip, root, "bench\n", s.signature(), s.signCommit)
 				require.NoError(b, err)
-				require.NoError(b, persistTo(s.st, bl.objs, bl.hashes))
+				require.NoError(b, bl.Persist(s.st))
 				require.NoError(b, s.st.SetReference(plumbing.NewHashReference(s.ref, c)))
 				s.tip = c
 				b.StartTimer()
@@ -324,14 +325,14 @@ func BenchmarkRevlist(b *testing.B) {
 			old := s.tip
 			root, err := newChangeTree(nextRun())
 			require.NoError(b, err)
-			bl := &builder{st: s.objs, objs: memory.NewStorage()}
-			c, err := bl.commit(old, root, "bench\n", s.signature(), s.opts.CommitSigner)
+			bl := gitobj.NewBuilder(s.objs)
+			c, err := bl.Commit(old, root, "bench\n", s.signature(), s.signCommit)
 			require.NoError(b, err)
-			require.NoError(b, persistTo(s.st, bl.objs, bl.hashes))
+			require.NoError(b, bl.Persist(s.st))
 			for b.Loop() {
 				hs, err := revlist.Objects(s.st, []plumbing.Hash{c}, []plumbing.Hash{old})
 				require.NoError(b, err)
-				require.Len(b, hs, len(bl.hashes))
+				require.Len(b, hs, len(bl.Hashes()))
 			}
 		})
 	}

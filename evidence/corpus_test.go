@@ -18,6 +18,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/corpus"
+	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/gittest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -34,7 +35,13 @@ func evidenceReasons(t *testing.T) []corpus.Reason {
 	rs, err := corpus.Scan(corpus.Source{Dir: ".", Sentinels: true, ConstPrefix: "Rule"})
 	require.NoError(t, err)
 	require.NotEmpty(t, rs)
-	return rs
+	// The remote's errors, which the Store returns as its own, are stated
+	// by the Git object engine; its ErrExists comes wrapped in ErrExists.
+	engine, err := corpus.Scan(corpus.Source{Dir: "../internal/gitobj", Sentinels: true,
+		Ignore: []string{gitobj.ErrExists.Error()}})
+	require.NoError(t, err)
+	require.NotEmpty(t, engine)
+	return append(rs, engine...)
 }
 
 // scenario runs one .scenario input: a list of steps against a real bare

@@ -2,13 +2,14 @@
 // documents of a run and the Git evidence branch that stores them
 // (DESIGN §5–§6).
 //
-// The Store appends to the branch through go-git without a worktree. It
-// keeps a bare mirror under StateDir and builds each commit straight from
-// tree objects, rewriting only the trees on the paths from the root to the
-// new files and reusing every other subtree by hash, so an append reads and
-// writes a handful of trees whatever the branch holds. With the sharded
-// layout (RunDir, IndexPath) the largest tree an append rewrites holds
-// about 400 entries at 10^5 runs on one day.
+// The Store appends to the branch without a worktree, through signet's Git
+// object engine (internal/gitobj, which says what it refuses of the bytes
+// it reads). It keeps a bare mirror under StateDir and builds each commit
+// straight from tree objects, rewriting only the trees on the paths from
+// the root to the new files and reusing every other subtree by hash, so an
+// append reads and writes a handful of trees whatever the branch holds.
+// With the sharded layout (RunDir, IndexPath) the largest tree an append
+// rewrites holds about 400 entries at 10^5 runs on one day.
 //
 // What the Store refuses to do:
 //   - overwrite or delete: an append whose path already exists on the tip
@@ -22,9 +23,7 @@
 //     in StateDir (written atomically), and a remote tip that does not
 //     descend from it fails with ErrRolledBack until a person looks;
 //   - send what the remote has: a push carries exactly the objects the
-//     append created (go-git's Remote.Push walks everything reachable from
-//     the remote's refs, go-git issue #1102, so the Store speaks
-//     receive-pack itself);
+//     append created (gitobj.Remote speaks receive-pack itself);
 //   - show credentials: URLs lose their userinfo and secrets are scrubbed
 //     from every error; Auth prints redacted.
 //

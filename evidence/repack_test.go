@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,33 +14,6 @@ import (
 
 	"signet.dev/signet/internal/gittest"
 )
-
-func TestRollup(t *testing.T) {
-	for _, tc := range []struct {
-		counts []int
-		max    int
-		want   int
-	}{
-		{nil, 100, 0},
-		{[]int{5}, 100, 0},
-		{[]int{5, 5}, 100, 2},     // a binary counter's carry
-		{[]int{5, 10}, 100, 0},    // already geometric
-		{[]int{5, 5, 10}, 100, 3}, // the carry reaches the next pack
-		{[]int{5, 5, 20}, 100, 2}, // and stops below it
-		{[]int{1, 1, 1, 1, 1, 64}, 100, 5},
-		{[]int{1, 2, 4, 8, 16}, 100, 5}, // each equal to the sum before: not twice it
-		{[]int{1, 2, 6, 18, 54}, 100, 0},
-		{[]int{30, 30, 30, 30}, 100, 3},    // cut to stay within max
-		{[]int{5, 5, 500, 500}, 100, 2},    // packs over max are left alone
-		{[]int{200, 300}, 100, 0},          // nothing small enough
-		{[]int{60, 60, 60}, 100, 0},        // even two exceed max
-		{[]int{10, 10, 10, 10, 10}, 25, 2}, // the longest prefix within max
-	} {
-		t.Run(fmt.Sprint(tc.counts, tc.max), func(t *testing.T) {
-			require.Equal(t, tc.want, rollup(tc.counts, tc.max))
-		})
-	}
-}
 
 // mirrorPacks lists the mirror's pack files.
 func mirrorPacks(t *testing.T, s *Store) []string {
@@ -98,105 +70,6 @@ func TestMirrorPacksStayFew(t *testing.T) {
 	}
 	_, err := s.Append(context.Background(), "", runFiles("c", "after-restart", 2, 64))
 	require.NoError(t, err)
-}
-
-// TestMergePacksResolvesDeltas merges a pack stock git wrote with deltas
-// (what a fetch from a gc'd remote brings) and the store's own packs:
-// every object survives with its content, and git fsck agrees.
-func TestMergePacksResolvesDeltas(t *testing.T) {
-	signer, _ := testSigner(t)
-	remote := bareRemote(t)
-	w := openStore(t, testOptions(t, remote, signer))
-	for i := range 30 {
-		_, err := w.Append(context.Background(), "", runFiles("c", fmt.Sprintf("run-%03d", i), 3, 2048))
-		require.NoError(t, err)
-	}
-	gittest.Git(t, remote, "gc", "-q", "--aggressive")
-
-	opts := testOptions(t, remote, signer)
-	s := openStore(t, opts)
-	_, err := s.Append(context.Background(), "", runFiles("c", "own", 3, 2048))
-	require.NoError(t, err)
-	require.NoError(t, s.flush())
-	s.repacking.Wait()
-	mirror := filepath.Join(opts.StateDir, mirrorDir)
-	all := func() []string {
-		out := gittest.Git(t, mirror, "cat-file", "--batch-all-objects", "--batch-check")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		sort.Strings(lines)
-		return lines
-	}
-	before := all()
-	packs := mirrorPacks(t, s)
-	require.GreaterOrEqual(t, len(packs), 2)
-	deltas := 0
-	for _, p := range packs {
-		out := gittest.Git(t, "", "verify-pack", "-v", strings.TrimSuffix(p, ".pack")+".idx")
-		deltas += strings.Count(out, "chain length")
-	}
-	require.Positive(t, deltas, "the fetched pack must hold deltas for this test to mean anything")
-
-	require.NoError(t, s.mergePacks(s.fast.packList()))
-	after := mirrorPacks(t, s)
-	require.Len(t, after, 1)
-	require.Equal(t, before, all(), "every object must survive a merge with its type and size")
-	gittest.Git(t, mirror, "fsck", "--strict", "--full", "--no-dangling")
-	for _, p := range packs {
-		_, err := os.Stat(p)
-		require.ErrorIs(t, err, os.ErrNotExist, "a merged pack must be removed")
-	}
-	// The store still reads and appends after the merge.
-	b, err := s.Read(context.Background(), runFiles("c", "run-007", 3, 2048)[2].Path)
-	require.NoError(t, err)
-	require.Equal(t, runFiles("c", "run-007", 3, 2048)[2].Data, b)
-	_, err = s.Append(context.Background(), "", runFiles("c", "after-merge", 3, 2048))
-	require.NoError(t, err)
-}
-
-// TestMergePacksRefusesCorruptEntry flips a byte inside an object stored
-// in a mirror pack: the merge fails naming the object, and every pack is
-// left as it was (nothing removed, no new pack, no temporary file).
-func TestMergePacksRefusesCorruptEntry(t *testing.T) {
-	saved := flushObjects
-	t.Cleanup(func() { flushObjects = saved })
-	flushObjects = 1 << 30 // flush only when asked
-	signer, _ := testSigner(t)
-	opts := testOptions(t, bareRemote(t), signer)
-	s := openStore(t, opts)
-	for i := range 2 {
-		_, err := s.Append(context.Background(), "", runFiles("c", fmt.Sprintf("run-%d", i), 2, 512))
-		require.NoError(t, err)
-		require.NoError(t, s.flush())
-		s.repacking.Wait()
-	}
-	// The second flush may have merged the two packs: write one more.
-	_, err := s.Append(context.Background(), "", runFiles("c", "run-x", 2, 512))
-	require.NoError(t, err)
-	require.NoError(t, s.flush())
-	s.repacking.Wait()
-	packs := s.fast.packList()
-	require.GreaterOrEqual(t, len(packs), 2)
-	victim := packs[0]
-	h, off, _, ok := victim.idx.entry(0)
-	require.True(t, ok)
-	path := filepath.Join(s.fast.dir, "pack", victim.name+".pack")
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, off+3)
-	require.NoError(t, err)
-	b[0] ^= 0x40
-	_, err = f.WriteAt(b, off+3)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-
-	before, err := os.ReadDir(filepath.Join(s.fast.dir, "pack"))
-	require.NoError(t, err)
-	err = s.mergePacks(packs)
-	require.ErrorContains(t, err, h.String(), "a corrupt object must stop the merge")
-	after, err := os.ReadDir(filepath.Join(s.fast.dir, "pack"))
-	require.NoError(t, err)
-	require.Equal(t, before, after, "a failed merge must leave the packs as they were")
 }
 
 // TestOpenRemovesInterruptedPackWrites: temporary files a crash left in

@@ -1,13 +1,13 @@
 package evidence
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -29,7 +29,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
+
+	"signet.dev/signet/internal/gitobj"
 )
 
 var (
@@ -46,16 +49,23 @@ var (
 	ErrNotFound = errors.New("evidence: not found on the evidence branch")
 	// ErrUnreachable means the remote could not be reached or failed while
 	// talking; retry later.
-	ErrUnreachable = errors.New("could not reach the remote")
+	ErrUnreachable = gitobj.ErrUnreachable
 	// ErrAuth means the remote refused the credentials; a person must act.
-	ErrAuth = errors.New("the remote refused the credentials")
+	ErrAuth = gitobj.ErrAuth
 	// ErrRejected means the remote refused an update for a reason other
 	// than a lost race (a hook, a permission, a corrupt pack).
-	ErrRejected = errors.New("the remote rejected the update")
+	ErrRejected = gitobj.ErrRejected
 	// ErrInvalidPath means a path given to the store is not a clean,
 	// relative, slash-separated path of the evidence layout.
 	ErrInvalidPath = errors.New("evidence: invalid path")
 )
+
+// Auth holds the credentials for the evidence remote; it prints redacted.
+type Auth = gitobj.Auth
+
+// RemoteError is a failure to talk to the evidence remote (see
+// gitobj.RemoteError); it unwraps to ErrUnreachable, ErrAuth or ErrRejected.
+type RemoteError = gitobj.RemoteError
 
 // DefaultBranch is the evidence branch when StoreOptions.Branch is empty.
 const DefaultBranch = "signet/evidence"
@@ -101,7 +111,7 @@ type StoreOptions struct {
 // are safe for concurrent use; appends of one Store are serialized.
 type Store struct {
 	opts   StoreOptions
-	remote *remote
+	remote *gitobj.Remote
 	ref    plumbing.ReferenceName
 	st     *filesystem.Storage // the local bare mirror
 	lock   *os.File
@@ -113,7 +123,7 @@ type Store struct {
 	// brings them back.
 	overlay *memory.ObjectStorage
 	objs    layered
-	fast    *objectDir // the mirror's objects, read directly
+	fast    *gitobj.Dir // the mirror's objects, read directly
 
 	// Consolidation of the mirror's packs runs in the background, one at a
 	// time (repackBusy); Close waits for it.
@@ -168,9 +178,9 @@ func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 	case strings.ContainsAny(opts.Author, "<>\n\x00") || strings.ContainsAny(opts.Email, "<>\n\x00 "):
 		return nil, fmt.Errorf("evidence: StoreOptions.Author %q or Email %q holds a character Git refuses in an identity", opts.Author, opts.Email)
 	}
-	rm, err := newRemote(opts.URL, opts.Auth)
+	rm, err := gitobj.NewRemote(opts.URL, opts.Auth)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("evidence: StoreOptions: %w", err)
 	}
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("evidence: StateDir: %w", err)
@@ -205,13 +215,13 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	// A crash while a pack was written leaves its temporary files: no
 	// other process writes here (StateDir is locked).
-	if err := removeTempPacks(filepath.Join(dir, "objects", "pack")); err != nil {
+	if err := gitobj.RemoveTempPacks(filepath.Join(dir, "objects", "pack")); err != nil {
 		return fmt.Errorf("evidence: mirror %s: %w", dir, err)
 	}
-	// Base trees are read through mapped packs (objectDir): go-git's
+	// Base trees are read through mapped packs (gitobj.Dir): go-git's
 	// pack reader seeks and reads per object, which was the part of an
 	// append that grew with the branch.
-	fast, err := openObjectDir(dir)
+	fast, err := gitobj.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("evidence: open mirror objects %s: %w", dir, err)
 	}
@@ -227,9 +237,9 @@ func (s *Store) open(ctx context.Context) error {
 		if err := json.Unmarshal(b, &st); err != nil {
 			return fmt.Errorf("evidence: %s: %w", filepath.Join(s.opts.StateDir, stateFile), err)
 		}
-		if st.URL != s.remote.display || st.Branch != s.opts.Branch {
+		if st.URL != s.remote.URL() || st.Branch != s.opts.Branch {
 			return fmt.Errorf("evidence: StateDir %s remembers %s branch %s, not %s branch %s: use another StateDir",
-				s.opts.StateDir, st.URL, st.Branch, s.remote.display, s.opts.Branch)
+				s.opts.StateDir, st.URL, st.Branch, s.remote.URL(), s.opts.Branch)
 		}
 		// The mirror may lack the remembered tip (a crash before a
 		// flush): the fetch brings it back, or proves a rollback.
@@ -245,7 +255,7 @@ func (s *Store) open(ctx context.Context) error {
 // remote's URL as shown (credentials removed). It is what a reconciler
 // writes into its node reservations (kube.FleetOptions.Evidence).
 func (s *Store) ID() string {
-	sum := sha256.Sum256([]byte(s.remote.display))
+	sum := sha256.Sum256([]byte(s.remote.URL()))
 	return s.opts.Branch + "@" + hex.EncodeToString(sum[:6])
 }
 
@@ -270,7 +280,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.st.Close())
 	}
 	if s.fast != nil {
-		s.fast.close()
+		s.fast.Close()
 	}
 	errs = append(errs, s.lock.Close())
 	return errors.Join(errs...)
@@ -305,7 +315,7 @@ func (s *Store) refresh(ctx context.Context) error {
 	if ref, err := s.st.Reference(s.ref); err == nil {
 		haves = append(haves, ref.Hash())
 	}
-	tip, err := s.remote.fetch(ctx, s.objs, s.st, s.ref, haves)
+	tip, err := s.remote.Fetch(ctx, s.objs, s.st, s.ref, haves)
 	if err != nil {
 		return err
 	}
@@ -315,14 +325,14 @@ func (s *Store) refresh(ctx context.Context) error {
 	}
 	if !s.tip.IsZero() {
 		if tip.IsZero() {
-			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.display, s.opts.Branch, s.tip)
+			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, s.tip)
 		}
 		ok, err := descends(s.objs, tip, s.tip, plumbing.ZeroHash)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s branch %s is at %s, last known tip %s", ErrRolledBack, s.remote.display, s.opts.Branch, tip, s.tip)
+			return fmt.Errorf("%w: %s branch %s is at %s, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, tip, s.tip)
 		}
 	}
 	return s.setTip(tip, false)
@@ -331,7 +341,7 @@ func (s *Store) refresh(ctx context.Context) error {
 // setTip records tip as the verified remote tip, in the mirror's ref and
 // atomically in the state file.
 func (s *Store) setTip(tip plumbing.Hash, pushed bool) error {
-	st := state{URL: s.remote.display, Branch: s.opts.Branch, Tip: tip.String()}
+	st := state{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: tip.String()}
 	if pushed {
 		st.Pushed = tip.String()
 	} else if !s.pushed.IsZero() {
@@ -481,17 +491,20 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			}
 			if rejected != "" && s.tip == before {
 				// Refused, yet nobody else moved the branch: not a race.
-				return "", &RemoteError{Op: "push", URL: s.remote.display, Kind: ErrRejected, Msg: rejected}
+				return "", &RemoteError{Op: "push", URL: s.remote.URL(), Kind: ErrRejected, Msg: rejected}
 			}
 			refetch, rejected = false, ""
 		}
-		b := &builder{st: s.objs, objs: memory.NewStorage()}
-		commit, err := b.commit(s.tip, root, message, s.signature(), s.opts.CommitSigner)
-		if err != nil {
-			return "", err
+		b := gitobj.NewBuilder(s.objs)
+		commit, err := b.Commit(s.tip, root, message, s.signature(), s.signCommit)
+		if errors.Is(err, gitobj.ErrExists) {
+			return "", fmt.Errorf("%w: %w", ErrExists, err)
 		}
-		err = s.remote.push(ctx, b.objs, s.ref, s.tip, commit, b.hashes)
-		var moved *errMoved
+		if err != nil {
+			return "", fmt.Errorf("evidence: build commit: %w", err)
+		}
+		err = s.remote.Push(ctx, b.Objects(), s.ref, s.tip, commit, b.Hashes())
+		var moved *gitobj.MovedError
 		switch {
 		case err == nil:
 			if err := s.keep(b); err != nil {
@@ -503,7 +516,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			return commit.String(), nil
 		case errors.As(err, &moved):
 			// Most likely another writer moved the branch first.
-			rejected, lastErr, refetch = moved.status, err, true
+			rejected, lastErr, refetch = moved.Status, err, true
 		case errors.Is(err, ErrUnreachable):
 			// The push may or may not have landed: remember it and
 			// recognize it on the next fetch.
@@ -525,9 +538,9 @@ var flushObjects = 2048
 
 // keep moves the objects of a built commit into the overlay, flushing it
 // when full.
-func (s *Store) keep(b *builder) error {
-	if err := persistTo(s.overlay, b.objs, b.hashes); err != nil {
-		return err
+func (s *Store) keep(b *gitobj.Builder) error {
+	if err := b.Persist(s.overlay); err != nil {
+		return fmt.Errorf("evidence: %w", err)
 	}
 	if len(s.overlay.Objects) >= flushObjects {
 		return s.flush()
@@ -544,16 +557,13 @@ func (s *Store) flush() error {
 		for h := range s.overlay.Objects {
 			hashes = append(hashes, h)
 		}
-		_, err := writeIndexedPack(filepath.Join(s.fast.dir, "pack"), len(hashes), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
-			return pw.addObjects(s.overlay, hashes, add)
-		})
-		if err != nil {
+		if _, err := s.fast.AddPack(s.overlay, hashes); err != nil {
 			return fmt.Errorf("evidence: write mirror pack: %w", err)
 		}
 		// go-git finds the new pack when it next needs its indexes.
 		s.st.Reindex()
 		for h, o := range s.overlay.Trees {
-			if b, err := readEncoded(o, 0); err == nil {
+			if b, err := gitobj.ReadEncoded(o, 0); err == nil {
 				s.objs.trees.put(h, b)
 			}
 		}
@@ -594,122 +604,15 @@ func (s *Store) syncMirrorRef() error {
 	return nil
 }
 
-func newOverlay() *memory.ObjectStorage {
-	return &memory.ObjectStorage{
-		Objects: map[plumbing.Hash]plumbing.EncodedObject{},
-		Commits: map[plumbing.Hash]plumbing.EncodedObject{},
-		Trees:   map[plumbing.Hash]plumbing.EncodedObject{},
-		Blobs:   map[plumbing.Hash]plumbing.EncodedObject{},
-		Tags:    map[plumbing.Hash]plumbing.EncodedObject{},
+// signCommit signs a commit's payload with the CommitSigner: an SSH
+// signature (sshsig namespace "git", SHA-512) as `git verify-commit` with
+// gpg.format=ssh expects.
+func (s *Store) signCommit(payload io.Reader) ([]byte, error) {
+	sig, err := sshsig.Sign(payload, s.opts.CommitSigner, sshsig.HashSHA512, "git")
+	if err != nil {
+		return nil, err
 	}
-}
-
-// layered reads objects from the in-memory overlay first, then the mirror.
-type layered struct {
-	storer.EncodedObjectStorer
-	top   *memory.ObjectStorage
-	fast  *objectDir // the mirror's objects read directly; nil reads through go-git
-	trees *treeCache // trees of recent appends flushed from the overlay
-}
-
-// object implements objectSource: the overlay, the trees of recent
-// appends, then the mirror's packs and loose objects, then go-git
-// (whatever objectDir cannot read).
-func (l layered) object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
-	if o, err := l.top.EncodedObject(t, h); err == nil {
-		return readEncoded(o, limit)
-	}
-	if t == plumbing.TreeObject && l.trees != nil {
-		if b, ok := l.trees.get(h, limit); ok {
-			return b, nil
-		}
-	}
-	if l.fast != nil {
-		b, err := l.fast.object(t, h, limit)
-		if !errors.Is(err, plumbing.ErrObjectNotFound) {
-			return b, err
-		}
-	}
-	return storerSource{l.EncodedObjectStorer}.object(t, h, limit)
-}
-
-func (l layered) concurrent() bool { return false }
-
-// maxTreeCacheBytes bounds the trees the store keeps after a flush: at
-// 10^5 runs a day the day's 256 shard trees and the index's 256 shard
-// trees are about 16 KB each, and each append rewrites two of them.
-const maxTreeCacheBytes = 32 << 20
-
-// treeCache keeps the trees the store's appends wrote, by hash, once
-// they are flushed from the overlay to a mirror pack: the next append to
-// a shard starts from the shard's latest tree, which it then needs
-// neither to find, inflate nor hash again. Objects are immutable, so an
-// entry is never stale; when full the cache starts over.
-type treeCache struct {
-	mu    sync.Mutex
-	m     map[plumbing.Hash][]byte
-	bytes int
-	hits  int
-}
-
-func (c *treeCache) put(h plumbing.Hash, b []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || c.bytes+len(b) > maxTreeCacheBytes {
-		c.m, c.bytes = map[plumbing.Hash][]byte{}, 0
-	}
-	if _, ok := c.m[h]; !ok {
-		c.m[h] = b
-		c.bytes += len(b)
-	}
-}
-
-// get returns a copy of tree h, when cached and within limit (none when
-// limit <= 0).
-func (c *treeCache) get(h plumbing.Hash, limit int64) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.m[h]
-	if !ok || limit > 0 && int64(len(b)) > limit {
-		return nil, false
-	}
-	c.hits++
-	return bytes.Clone(b), true
-}
-
-func (l layered) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	if o, err := l.top.EncodedObject(t, h); err == nil {
-		return o, nil
-	}
-	return l.EncodedObjectStorer.EncodedObject(t, h)
-}
-
-func (l layered) HasEncodedObject(h plumbing.Hash) error {
-	if l.top.HasEncodedObject(h) == nil {
-		return nil
-	}
-	return l.onDisk(h)
-}
-
-// onDisk reports whether the mirror's files (not the overlay) hold h.
-// objectDir answers for packs and loose files alike; go-git only when
-// there is none, since a miss there loads every pack index into memory
-// after a consolidation.
-func (l layered) onDisk(h plumbing.Hash) error {
-	if l.fast != nil {
-		if l.fast.has(h) {
-			return nil
-		}
-		return plumbing.ErrObjectNotFound
-	}
-	return l.EncodedObjectStorer.HasEncodedObject(h)
-}
-
-func (l layered) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	if n, err := l.top.EncodedObjectSize(h); err == nil {
-		return n, nil
-	}
-	return l.EncodedObjectStorer.EncodedObjectSize(h)
+	return sshsig.Armor(sig), nil
 }
 
 func (s *Store) signature() object.Signature {

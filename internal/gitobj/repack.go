@@ -1,4 +1,4 @@
-package evidence
+package gitobj
 
 import (
 	"bufio"
@@ -16,22 +16,22 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
-// The mirror gains a pack file with every flush and every fetch that
-// brings objects. Left alone, a reconciler that appended 10^5 runs would
-// hold about 12 000 packs: every object lookup that misses walks them all,
-// and go-git keeps a descriptor and an in-memory index for each. The store
-// therefore consolidates the mirror's small packs geometrically, as
+// A store's mirror gains a pack file with every flush and every fetch
+// that brings objects. Left alone, a reconciler that appended 10^5 runs
+// would hold about 12 000 packs: every object lookup that misses walks
+// them all, and go-git keeps a descriptor and an in-memory index for each.
+// Consolidate therefore merges small packs geometrically, as
 // `git repack --geometric=2` does: after a consolidation every pack holds
 // at least twice the objects of all smaller packs together, so the number
 // of packs grows with the logarithm of the objects written, and an object
 // is rewritten about log2 times over its life.
 //
-// Packs over maxRepackObjects are never rewritten (the first clone of a
-// large branch, or packs consolidated up to that size), so one
-// consolidation costs at most that many objects: about a second here.
-var maxRepackObjects = 1 << 18
+// Packs over Consolidate's maxObjects are never rewritten (the first
+// clone of a large branch, or packs consolidated up to that size), so one
+// consolidation costs at most that many objects.
 
 // repackFactor is the geometric progression kept between packs.
 const repackFactor = 2
@@ -67,39 +67,44 @@ func rollup(counts []int, maxObjects int) int {
 	return k
 }
 
-// repack consolidates the mirror's small packs (see maxRepackObjects).
-// The merged pack is written and synced before the packs it replaces are
-// removed, so a crash leaves objects twice, never missing. It runs without
-// s.mu until it swaps the packs: only a consolidation (one at a time)
-// unmaps packs, and Close waits for it.
-func (s *Store) repack() error {
-	if err := s.fast.rescan(); err != nil {
-		return fmt.Errorf("evidence: mirror packs: %w", err)
+// Consolidate merges d's small packs (see rollup) into one pack of at
+// most maxObjects objects, as `git repack --geometric=2` does. The merged
+// pack is written and synced before the packs it replaces are removed, so
+// a crash leaves objects twice, never missing. Nothing is written when
+// there is nothing to merge.
+//
+// The merge runs without a lock; the removal runs inside swap, which the
+// caller implements to call remove while nothing reads d (a read of an
+// unmapped pack is a fault, not an error) and may skip (returning nil)
+// when d is closing: the next consolidation removes the duplicates. Only
+// one consolidation of d may run at a time, and Close must wait for it.
+func (d *Dir) Consolidate(maxObjects int, swap func(remove func() error) error) error {
+	if err := d.rescan(); err != nil {
+		return fmt.Errorf("gitobj: packs: %w", err)
 	}
-	packs := s.fast.packList()
+	packs := d.packList()
 	slices.SortStableFunc(packs, func(a, b *mappedPack) int { return a.count() - b.count() })
 	counts := make([]int, len(packs))
 	for i, p := range packs {
 		counts[i] = p.count()
 	}
-	k := rollup(counts, maxRepackObjects)
+	k := rollup(counts, maxObjects)
 	if k < 2 {
 		return nil
 	}
-	if err := s.mergePacks(packs[:k]); err != nil {
-		return fmt.Errorf("evidence: consolidate mirror packs: %w", err)
+	if err := d.mergePacks(packs[:k], swap); err != nil {
+		return fmt.Errorf("gitobj: consolidate packs: %w", err)
 	}
 	return nil
 }
 
 // mergePacks writes the objects of packs as one new pack with its index,
-// syncs both, then (holding s.mu, so that no reader of the store is using
-// them) removes packs. Whole objects are copied as they are
-// stored, their CRC-32 checked against the old index; deltas (what a fetch
-// brings) are resolved, their hash checked, and written whole. The index
+// syncs both, then, inside swap (see Consolidate), removes packs. Whole
+// objects are copied as they are stored, their CRC-32 checked against the
+// old index; deltas (what a fetch brings) are resolved, their hash checked, and written whole. The index
 // is written from the offsets and CRCs known here, not by parsing the new
 // pack again.
-func (s *Store) mergePacks(packs []*mappedPack) error {
+func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) error) error {
 	type entry struct {
 		p        *mappedPack
 		off, end int64
@@ -131,7 +136,7 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 		}
 	}
 
-	dir := filepath.Join(s.fast.dir, "pack")
+	dir := filepath.Join(d.dir, "pack")
 	name, err := writeIndexedPack(dir, len(objs), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
 		for _, o := range objs {
 			if o.off < 12 || o.end <= o.off || o.end > int64(len(o.p.data))-20 {
@@ -151,8 +156,8 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 				off, crc, err = pw.raw(raw)
 			default:
 				var data []byte
-				t, data, err = s.fast.packed(o.p, o.off, 0, 0)
-				if err == nil && objectHash(t, data) != o.h {
+				t, data, err = d.packed(o.p, o.off, 0, 0)
+				if err == nil && HashObject(t, data) != o.h {
 					err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
 				}
 				if err == nil {
@@ -170,33 +175,26 @@ func (s *Store) mergePacks(packs []*mappedPack) error {
 		return err
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil // the next consolidation removes the duplicates
-	}
-	// Forget the old packs before removing them: nothing may read a
-	// mapping whose file is gone, and go-git reopens what it needs.
-	names := make([]string, len(packs))
-	for i, p := range packs {
-		names[i] = p.name
-	}
-	s.fast.forget(names)
-	if err := s.st.Close(); err != nil {
-		return err
-	}
-	s.st.Reindex()
-	for _, n := range names {
-		if n == "pack-"+name.String() {
-			continue // the same objects written again: nothing to remove
+	return swap(func() error {
+		// Forget the old packs before removing them: nothing may read a
+		// mapping whose file is gone.
+		names := make([]string, len(packs))
+		for i, p := range packs {
+			names[i] = p.name
 		}
-		for _, ext := range []string{".idx", ".pack", ".rev"} {
-			if err := os.Remove(filepath.Join(dir, n+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
+		d.forget(names)
+		for _, n := range names {
+			if n == "pack-"+name.String() {
+				continue // the same objects written again: nothing to remove
+			}
+			for _, ext := range []string{".idx", ".pack", ".rev"} {
+				if err := os.Remove(filepath.Join(dir, n+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
 			}
 		}
-	}
-	return s.fast.rescan()
+		return d.rescan()
+	})
 }
 
 // writeIndexedPack writes a pack of n whole objects, given by fill, into
@@ -249,12 +247,22 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 	return name, syncPath(dir)
 }
 
+// AddPack writes the objects hashes of st into d as one new pack with its
+// index (both synced before they are renamed into place, the index last)
+// and returns the pack's name. d finds it on the next miss.
+func (d *Dir) AddPack(st storer.EncodedObjectStorer, hashes []plumbing.Hash) (plumbing.Hash, error) {
+	return writeIndexedPack(filepath.Join(d.dir, "pack"), len(hashes), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
+		return pw.addObjects(st, hashes, add)
+	})
+}
+
 // tempPrefixes name the temporary files writeIndexedPack and
 // writeFileSynced leave behind when interrupted.
 var tempPrefixes = []string{"tmp_pack_", "tmp_idx_"}
 
-// removeTempPacks removes what an interrupted pack write left in dir.
-func removeTempPacks(dir string) error {
+// RemoveTempPacks removes what an interrupted AddPack or Consolidate left
+// in the pack directory dir. Only the directory's one writer may call it.
+func RemoveTempPacks(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -1,4 +1,4 @@
-package evidence
+package gitobj
 
 import (
 	"bytes"
@@ -10,16 +10,17 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/gittest"
 )
 
-// TestObjectDirReadsWhatGitWrote reads every object of repositories stock
+// TestDirReadsWhatGitWrote reads every object of repositories stock
 // git packed (deltas by offset and by reference, as gc and repack write
 // them) and left loose, and compares each with `git cat-file`.
-func TestObjectDirReadsWhatGitWrote(t *testing.T) {
+func TestDirReadsWhatGitWrote(t *testing.T) {
 	for _, tc := range []struct {
 		name, repack string
 		large        bool // every offset in the index's 64-bit table
@@ -64,9 +65,9 @@ func TestObjectDirReadsWhatGitWrote(t *testing.T) {
 				require.Contains(t, gittest.Git(t, dir, "verify-pack", "-v", mustGlob(t, filepath.Join(dir, ".git/objects/pack/*.idx"))), "chain length")
 			}
 
-			d, err := openObjectDir(filepath.Join(dir, ".git"))
+			d, err := OpenDir(filepath.Join(dir, ".git"))
 			require.NoError(t, err)
-			defer d.close()
+			defer d.Close()
 			list := strings.Fields(gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname):%(objecttype)"))
 			require.Greater(t, len(list), 100)
 			for _, l := range list {
@@ -75,7 +76,7 @@ func TestObjectDirReadsWhatGitWrote(t *testing.T) {
 				require.NoError(t, err)
 				ot, err := plumbing.ParseObjectType(typ)
 				require.NoError(t, err)
-				got, err := d.object(ot, plumbing.NewHash(name), 0)
+				got, err := d.Object(ot, plumbing.NewHash(name), 0)
 				require.NoError(t, err, name)
 				require.Equal(t, string(want), string(got), name)
 				if ot == plumbing.CommitObject {
@@ -85,25 +86,39 @@ func TestObjectDirReadsWhatGitWrote(t *testing.T) {
 					mo.Write(got)
 					var c object.Commit
 					require.NoError(t, c.Decode(mo))
-					h, err := parseCommitHeader(got)
+					h, err := ParseCommitHeader(got)
 					require.NoError(t, err)
-					require.Equal(t, c.TreeHash, h.tree)
-					require.Equal(t, c.ParentHashes, h.parents)
-					require.True(t, c.Committer.When.Equal(h.when))
+					require.Equal(t, c.TreeHash, h.Tree)
+					require.Equal(t, c.ParentHashes, h.Parents)
+					require.True(t, c.Committer.When.Equal(h.When))
+				}
+				if ot == plumbing.TreeObject {
+					// The tree parser agrees with `git ls-tree`.
+					entries, err := ParseTree(got)
+					require.NoError(t, err)
+					var lines []string
+					for _, e := range entries {
+						typ := "blob"
+						if e.Mode == filemode.Dir {
+							typ = "tree"
+						}
+						lines = append(lines, fmt.Sprintf("%06o %s %s\t%s", uint32(e.Mode), typ, e.Hash, e.Name))
+					}
+					require.Equal(t, gittest.Git(t, dir, "ls-tree", name), strings.Join(lines, "\n"), name)
 				}
 				// Asking for another type is "not found", never the object.
-				_, err = d.object(plumbing.TagObject, plumbing.NewHash(name), 0)
+				_, err = d.Object(plumbing.TagObject, plumbing.NewHash(name), 0)
 				require.ErrorIs(t, err, plumbing.ErrObjectNotFound)
 			}
-			_, err = d.object(plumbing.BlobObject, plumbing.NewHash(strings.Repeat("ab", 20)), 0)
+			_, err = d.Object(plumbing.BlobObject, plumbing.NewHash(strings.Repeat("ab", 20)), 0)
 			require.ErrorIs(t, err, plumbing.ErrObjectNotFound)
 		})
 	}
 }
 
-// TestObjectDirRefusesCorruptObjects: an object whose content does not
+// TestDirRefusesCorruptObjects: an object whose content does not
 // hash to its name, or larger than asked for, is an error.
-func TestObjectDirRefusesCorruptObjects(t *testing.T) {
+func TestDirRefusesCorruptObjects(t *testing.T) {
 	dir := t.TempDir()
 	gittest.InitBare(t, dir)
 	h, err := gittest.Run(t, dir, []byte("the real content\n"), "hash-object", "-w", "--stdin")
@@ -117,15 +132,15 @@ func TestObjectDirRefusesCorruptObjects(t *testing.T) {
 	p := filepath.Join(dir, "objects", h[:2], h[2:])
 	require.NoError(t, os.Chmod(p, 0o644))
 	require.NoError(t, os.WriteFile(p, z.Bytes(), 0o644))
-	d, err := openObjectDir(dir)
+	d, err := OpenDir(dir)
 	require.NoError(t, err)
-	defer d.close()
-	_, err = d.object(plumbing.BlobObject, plumbing.NewHash(h), 0)
+	defer d.Close()
+	_, err = d.Object(plumbing.BlobObject, plumbing.NewHash(h), 0)
 	require.ErrorContains(t, err, "is corrupt", "an object whose content does not hash to its name must be refused")
 
 	big, err := gittest.Run(t, dir, bytes.Repeat([]byte("x"), 4096), "hash-object", "-w", "--stdin")
 	require.NoError(t, err)
-	_, err = d.object(plumbing.BlobObject, plumbing.NewHash(strings.TrimSpace(big)), 1024)
+	_, err = d.Object(plumbing.BlobObject, plumbing.NewHash(strings.TrimSpace(big)), 1024)
 	require.ErrorContains(t, err, "more than")
 }
 
@@ -148,13 +163,13 @@ func TestParseCommitHeaderRefusesMalformed(t *testing.T) {
 		"two committers": tree + who + who,
 		"bad time":       tree + "committer c <c@x> soon +0000\n",
 	} {
-		_, err := parseCommitHeader([]byte(raw))
+		_, err := ParseCommitHeader([]byte(raw))
 		require.Error(t, err, name)
 	}
-	c, err := parseCommitHeader([]byte(tree + "parent " + strings.Repeat("b", 40) + "\n" + who + "gpgsig -----BEGIN\n committer x <y> 1 +0000\n -----END\n\ncommitter in message <m> 5 +0000\n"))
+	c, err := ParseCommitHeader([]byte(tree + "parent " + strings.Repeat("b", 40) + "\n" + who + "gpgsig -----BEGIN\n committer x <y> 1 +0000\n -----END\n\ncommitter in message <m> 5 +0000\n"))
 	require.NoError(t, err)
-	require.Equal(t, int64(1700000000), c.when.Unix())
-	require.Len(t, c.parents, 1)
+	require.Equal(t, int64(1700000000), c.When.Unix())
+	require.Len(t, c.Parents, 1)
 }
 
 // TestParsePackIndexRefusesMalformed: a pack index whose layout is wrong

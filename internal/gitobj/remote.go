@@ -1,4 +1,4 @@
-package evidence
+package gitobj
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// Auth holds the credentials for the evidence remote. Its String, GoString
+// Auth holds the credentials for a Git remote. Its String, GoString
 // and LogValue never show a secret, so an Auth may be logged or printed.
 type Auth struct {
 	// Token is an HTTP(S) access token: sent as "Authorization: Bearer
@@ -58,7 +58,7 @@ func (a Auth) String() string {
 	if a.SSHSigner != nil {
 		parts = append(parts, "ssh-key:"+ssh.FingerprintSHA256(a.SSHSigner.PublicKey()))
 	}
-	return "evidence.Auth{" + strings.Join(parts, " ") + "}"
+	return "gitobj.Auth{" + strings.Join(parts, " ") + "}"
 }
 
 // GoString is String, so %#v redacts too.
@@ -67,7 +67,9 @@ func (a Auth) GoString() string { return a.String() }
 // LogValue is String, so slog redacts too.
 func (a Auth) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
-func (a Auth) secrets() []string {
+// Secrets lists the values to scrub from any message: the token and the
+// password, as given and URL-escaped.
+func (a Auth) Secrets() []string {
 	var s []string
 	for _, v := range []string{a.Token, a.Password} {
 		if v != "" {
@@ -77,9 +79,10 @@ func (a Auth) secrets() []string {
 	return s
 }
 
-// remote is the evidence branch's Git remote, reached only through the
-// smart protocol (upload-pack to fetch, receive-pack to push).
-type remote struct {
+// Remote is a Git remote reached only through the smart protocol
+// (upload-pack to fetch, receive-pack to push). Its errors never hold
+// credentials.
+type Remote struct {
 	ep      *transport.Endpoint
 	client  transport.Transport
 	auth    transport.AuthMethod
@@ -87,16 +90,20 @@ type remote struct {
 	secrets []string // scrubbed from every message
 }
 
-func newRemote(rawURL string, a Auth) (*remote, error) {
+// NewRemote checks rawURL (a local path, file://, http(s)://, ssh:// or
+// scp-like user@host:path) and prepares the credentials for its protocol;
+// it does not connect. Credentials in an http(s) URL are used as basic
+// auth, unless a carries some, and are never shown.
+func NewRemote(rawURL string, a Auth) (*Remote, error) {
 	if rawURL == "" {
-		return nil, fmt.Errorf("evidence: StoreOptions.URL is empty")
+		return nil, errors.New("URL is empty")
 	}
 	ep, err := transport.NewEndpoint(rawURL)
 	if err != nil {
 		// The parse error may quote the URL, credentials included.
-		return nil, fmt.Errorf("evidence: StoreOptions.URL %q is not a Git URL", scrubURL(rawURL))
+		return nil, fmt.Errorf("URL %q is not a Git URL", scrubURL(rawURL))
 	}
-	r := &remote{ep: ep}
+	r := &Remote{ep: ep}
 	switch ep.Protocol {
 	case "http", "https":
 		// Credentials in the URL move into the auth method so that the
@@ -130,7 +137,7 @@ func newRemote(rawURL string, a Auth) (*remote, error) {
 		if a.SSHSigner != nil {
 			cb, err := gitssh.NewKnownHostsCallback(a.SSHKnownHosts...)
 			if err != nil {
-				return nil, fmt.Errorf("evidence: SSH known hosts %v: %w", a.SSHKnownHosts, err)
+				return nil, fmt.Errorf("SSH known hosts %v: %w", a.SSHKnownHosts, err)
 			}
 			r.auth = &gitssh.PublicKeys{User: ep.User, Signer: a.SSHSigner,
 				HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: cb}}
@@ -139,18 +146,18 @@ func newRemote(rawURL string, a Auth) (*remote, error) {
 		if !filepath.IsAbs(ep.Path) {
 			abs, err := filepath.Abs(ep.Path)
 			if err != nil {
-				return nil, fmt.Errorf("evidence: StoreOptions.URL %q: %w", rawURL, err)
+				return nil, fmt.Errorf("URL %q: %w", scrubURL(rawURL), err)
 			}
 			ep.Path = abs
 		}
 	default:
-		return nil, fmt.Errorf("evidence: StoreOptions.URL: protocol %q is not supported (local path, file, http, https, ssh)", ep.Protocol)
+		return nil, fmt.Errorf("URL: protocol %q is not supported (local path, file, http, https, ssh)", ep.Protocol)
 	}
-	r.secrets = append(r.secrets, a.secrets()...)
+	r.secrets = append(r.secrets, a.Secrets()...)
 	r.display = ep.String()
 	c, err := client.NewClient(ep)
 	if err != nil {
-		return nil, fmt.Errorf("evidence: remote %s: %w", r.display, err)
+		return nil, fmt.Errorf("remote %s: %w", r.display, err)
 	}
 	r.client = c
 	return r, nil
@@ -169,7 +176,10 @@ func scrubURL(s string) string {
 	return u.String()
 }
 
-func (r *remote) scrub(msg string) string {
+// URL is the remote's URL without credentials.
+func (r *Remote) URL() string { return r.display }
+
+func (r *Remote) scrub(msg string) string {
 	for _, s := range r.secrets {
 		if s != "" {
 			msg = strings.ReplaceAll(msg, s, "REDACTED")
@@ -177,6 +187,17 @@ func (r *remote) scrub(msg string) string {
 	}
 	return msg
 }
+
+var (
+	// ErrUnreachable means the remote could not be reached or failed while
+	// talking; retry later.
+	ErrUnreachable = errors.New("could not reach the remote")
+	// ErrAuth means the remote refused the credentials; a person must act.
+	ErrAuth = errors.New("the remote refused the credentials")
+	// ErrRejected means the remote refused an update for a reason other
+	// than a lost race (a hook, a permission, a corrupt pack).
+	ErrRejected = errors.New("the remote rejected the update")
+)
 
 // RemoteError is a failure to talk to the remote: it could not be reached,
 // refused the credentials, or refused the update for a reason other than a
@@ -191,7 +212,7 @@ type RemoteError struct {
 }
 
 func (e *RemoteError) Error() string {
-	return fmt.Sprintf("evidence: %s %s: %s: %s", e.Op, e.URL, e.Kind.Error(), e.Msg)
+	return fmt.Sprintf("git %s %s: %s: %s", e.Op, e.URL, e.Kind.Error(), e.Msg)
 }
 
 // Unwrap returns the kind and, when the context ended the operation, its error.
@@ -202,7 +223,7 @@ func (e *RemoteError) Unwrap() []error {
 	return []error{e.Kind}
 }
 
-func (r *remote) fail(ctx context.Context, op string, err error) error {
+func (r *Remote) fail(ctx context.Context, op string, err error) error {
 	kind := ErrUnreachable
 	if errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) {
 		kind = ErrAuth
@@ -227,11 +248,11 @@ func advertisedTip(ar *packp.AdvRefs, ref plumbing.ReferenceName) (plumbing.Hash
 	return h.Hash(), nil
 }
 
-// fetch reads the remote tip of ref and, when the local store lacks it,
+// Fetch reads the remote tip of ref and, when the local store lacks it,
 // downloads the objects it needs, telling the remote which commits we
 // already have. It returns the remote tip (zero when the ref is absent).
 // Objects are looked up in have and written to st.
-func (r *remote) fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
+func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
 	sess, err := r.client.NewUploadPackSession(r.ep, r.auth)
 	if err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
@@ -289,17 +310,20 @@ func (r *remote) fetch(ctx context.Context, have storer.EncodedObjectStorer, st 
 	return tip, nil
 }
 
-// errMoved is a push refused because the remote ref was not at the old
-// value we built on: another writer got there first.
-type errMoved struct{ status string }
+// MovedError is a push refused because the remote ref was not at the
+// old value the push built on: most likely another writer got there
+// first, which a fetch tells.
+type MovedError struct{ Status string }
 
-func (e *errMoved) Error() string { return "remote branch moved: " + e.status }
+func (e *MovedError) Error() string { return "remote branch moved: " + e.Status }
 
-// push sends exactly the objects in objs (a packfile built from st, which
+// Push sends exactly the objects in objs (a packfile built from st, which
 // need hold nothing else) and asks the remote to move ref from old to
 // new. The old value in the update command makes it a compare-and-swap:
-// the remote refuses it when ref is anywhere else. It never forces.
-func (r *remote) push(ctx context.Context, st storer.EncodedObjectStorer, ref plumbing.ReferenceName, old, new plumbing.Hash, objs []plumbing.Hash) (err error) {
+// the remote refuses it when ref is anywhere else (a *MovedError). It
+// never forces. A *RemoteError of kind ErrUnreachable leaves unknown
+// whether the update landed.
+func (r *Remote) Push(ctx context.Context, st storer.EncodedObjectStorer, ref plumbing.ReferenceName, old, new plumbing.Hash, objs []plumbing.Hash) (err error) {
 	sess, err := r.client.NewReceivePackSession(r.ep, r.auth)
 	if err != nil {
 		return r.fail(ctx, "push", err)
@@ -321,11 +345,11 @@ func (r *remote) push(ctx context.Context, st storer.EncodedObjectStorer, ref pl
 		return r.fail(ctx, "push", err)
 	}
 	if cur != old {
-		return &errMoved{status: fmt.Sprintf("%s is at %s, not %s", ref, cur, old)}
+		return &MovedError{Status: fmt.Sprintf("%s is at %s, not %s", ref, cur, old)}
 	}
 	var pack bytes.Buffer
 	if err := writePack(&pack, st, objs); err != nil {
-		return fmt.Errorf("evidence: encode packfile: %w", err)
+		return fmt.Errorf("gitobj: encode packfile: %w", err)
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
 	req.Commands = []*packp.Command{{Name: ref, Old: old, New: new}}
@@ -347,7 +371,7 @@ func (r *remote) push(ctx context.Context, st storer.EncodedObjectStorer, ref pl
 	}
 	for _, cs := range rs.CommandStatuses {
 		if cs.Status != "ok" {
-			return &errMoved{status: r.scrub(cs.ReferenceName.String() + ": " + cs.Status)}
+			return &MovedError{Status: r.scrub(cs.ReferenceName.String() + ": " + cs.Status)}
 		}
 	}
 	return nil

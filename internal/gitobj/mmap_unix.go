@@ -1,6 +1,6 @@
 //go:build unix
 
-package evidence
+package gitobj
 
 import (
 	"os"

@@ -1,0 +1,398 @@
+package gitobj
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+)
+
+// Dir reads the objects of a repository's objects directory
+// directly: pack files mapped into memory and found through their .idx,
+// loose objects read whole. It is what the audit reads a branch with:
+// go-git's pack reader seeks and reads the file for every object header
+// and body, which made the walk of a branch cost several times the
+// signature checks. Dir is safe for concurrent use, and checks the hash
+// of every object it returns (a pack or loose file whose content does not
+// hash to its name is an error, never returned). Reading never writes;
+// only AddPack and Consolidate, for a repository's one writer, do.
+type Dir struct {
+	dir string // the objects directory
+
+	mu     sync.Mutex
+	packs  []*mappedPack
+	loaded map[string]bool
+
+	// bases caches objects delta chains resolve through, by pack and
+	// offset: deltified trees share long chains.
+	baseMu    sync.Mutex
+	bases     map[baseKey][]byte
+	baseBytes int
+}
+
+type baseKey struct {
+	pack *mappedPack
+	off  int64
+}
+
+// maxBaseBytes bounds the delta base cache.
+const maxBaseBytes = 64 << 20
+
+// OpenDir opens gitDir's objects directory. It refuses a
+// repository with alternates (objects stored elsewhere), which the
+// caller reads through go-git instead.
+func OpenDir(gitDir string) (*Dir, error) {
+	dir := filepath.Join(gitDir, "objects")
+	if _, err := os.Stat(filepath.Join(dir, "info", "alternates")); err == nil {
+		return nil, errors.New("repository has alternates")
+	}
+	d := &Dir{dir: dir, loaded: map[string]bool{}, bases: map[baseKey][]byte{}}
+	if err := d.rescan(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Concurrent implements Source: a Dir is safe for concurrent use.
+func (d *Dir) Concurrent() bool { return true }
+
+// rescan maps pack files not mapped yet (a fetch or flush adds packs).
+func (d *Dir) rescan() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idxs, err := filepath.Glob(filepath.Join(d.dir, "pack", "pack-*.idx"))
+	if err != nil {
+		return err
+	}
+	for _, idxPath := range idxs {
+		name := strings.TrimSuffix(filepath.Base(idxPath), ".idx")
+		if d.loaded[name] {
+			continue
+		}
+		p, err := mapPack(idxPath, strings.TrimSuffix(idxPath, ".idx")+".pack")
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // an .idx written before its pack is renamed in
+		}
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", name, err)
+		}
+		p.name = name
+		d.loaded[name] = true
+		// Newest packs first: they hold what was written last.
+		d.packs = append([]*mappedPack{p}, d.packs...)
+	}
+	return nil
+}
+
+// packList returns the packs mapped now.
+func (d *Dir) packList() []*mappedPack {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.packs)
+}
+
+// forget unmaps the packs named (their files are about to be removed).
+// The caller makes sure nothing reads them meanwhile: a read of an
+// unmapped pack is a fault, not an error (see Consolidate).
+func (d *Dir) forget(names []string) {
+	d.mu.Lock()
+	d.packs = slices.DeleteFunc(d.packs, func(p *mappedPack) bool {
+		if !slices.Contains(names, p.name) {
+			return false
+		}
+		p.unmap()
+		delete(d.loaded, p.name)
+		return true
+	})
+	d.mu.Unlock()
+	d.baseMu.Lock()
+	clear(d.bases)
+	d.baseBytes = 0
+	d.baseMu.Unlock()
+}
+
+// Close unmaps every pack; d must not be read afterwards.
+func (d *Dir) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.packs {
+		p.unmap()
+	}
+	d.packs = nil
+}
+
+// Object implements Source. It checks that the content hashes to h: a
+// corrupt object is an error, never returned.
+func (d *Dir) Object(t plumbing.ObjectType, h plumbing.Hash, limit int64) ([]byte, error) {
+	gt, data, err := d.find(h, limit)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		// A pack may have arrived since the last scan.
+		if err := d.rescan(); err != nil {
+			return nil, err
+		}
+		gt, data, err = d.find(h, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t != plumbing.AnyObject && gt != t {
+		return nil, fmt.Errorf("%w: %s is a %s, not a %s", plumbing.ErrObjectNotFound, h, gt, t)
+	}
+	if got := HashObject(gt, data); got != h {
+		return nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+	}
+	return data, nil
+}
+
+func (d *Dir) find(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	if p, off, ok := d.locate(h); ok {
+		return d.packed(p, off, limit, 0)
+	}
+	return d.loose(h, limit)
+}
+
+// locate finds h in the packs mapped now.
+func (d *Dir) locate(h plumbing.Hash) (*mappedPack, int64, bool) {
+	d.mu.Lock()
+	packs := d.packs
+	d.mu.Unlock()
+	for _, p := range packs {
+		if off, ok := p.offset(h); ok {
+			return p, off, true
+		}
+	}
+	return nil, 0, false
+}
+
+// loosePath is where h would be stored as a loose object.
+func (d *Dir) loosePath(h plumbing.Hash) string {
+	hex := h.String()
+	return filepath.Join(d.dir, hex[:2], hex[2:])
+}
+
+// Has reports whether the directory holds h, without reading it (a pack
+// that arrived since the last scan is mapped first).
+func (d *Dir) Has(h plumbing.Hash) bool {
+	for range 2 {
+		if _, _, ok := d.locate(h); ok {
+			return true
+		}
+		if _, err := os.Stat(d.loosePath(h)); err == nil {
+			return true
+		}
+		if d.rescan() != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// loose reads a loose object file.
+func (d *Dir) loose(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	raw, err := os.ReadFile(d.loosePath(h))
+	if errors.Is(err, fs.ErrNotExist) {
+		return plumbing.InvalidObject, nil, fmt.Errorf("%w: %s", plumbing.ErrObjectNotFound, h)
+	}
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	t, data, err := parseLoose(raw, limit)
+	if err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	return t, data, nil
+}
+
+// parseLoose reads the type and content of a loose object file: one zlib
+// stream of "<type> <size>\0<content>". A size over limit (or over
+// maxObjectSize) is refused before it is allocated.
+func parseLoose(raw []byte, limit int64) (plumbing.ObjectType, []byte, error) {
+	f, err := getInflater(raw)
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	defer putInflater(f)
+	zr := f.zr
+	var hdr [32]byte
+	n, _ := io.ReadFull(zr, hdr[:])
+	sp := bytes.IndexByte(hdr[:n], ' ')
+	nul := bytes.IndexByte(hdr[:n], 0)
+	if sp < 0 || nul < sp {
+		return plumbing.InvalidObject, nil, errors.New("malformed header")
+	}
+	t, err := plumbing.ParseObjectType(string(hdr[:sp]))
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	size, err := strconv.ParseInt(string(hdr[sp+1:nul]), 10, 64)
+	if err != nil || size < 0 {
+		return plumbing.InvalidObject, nil, errors.New("malformed size")
+	}
+	if err := checkSize(size, limit); err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	data := make([]byte, size)
+	got := copy(data, hdr[nul+1:n])
+	if _, err := io.ReadFull(zr, data[got:]); err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	return t, data, nil
+}
+
+// maxDeltaDepth bounds a delta chain (git's default is 50).
+const maxDeltaDepth = 1000
+
+// packed reads the object at off in p, resolving deltas.
+func (d *Dir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing.ObjectType, []byte, error) {
+	if depth > maxDeltaDepth {
+		return plumbing.InvalidObject, nil, fmt.Errorf("pack %s: delta chain longer than %d", p.name, maxDeltaDepth)
+	}
+	bad := func(what string) error { return fmt.Errorf("pack %s: object at offset %d: %s", p.name, off, what) }
+	data := p.data
+	end := int64(len(data)) - 20
+	if off < 12 || off >= end {
+		return plumbing.InvalidObject, nil, bad("offset outside the pack")
+	}
+	pos := off
+	c := data[pos]
+	pos++
+	t := plumbing.ObjectType((c >> 4) & 7)
+	size := int64(c & 0x0f)
+	for shift := 4; c&0x80 != 0; shift += 7 {
+		if pos >= end || shift > 60 {
+			return plumbing.InvalidObject, nil, bad("malformed header")
+		}
+		c = data[pos]
+		pos++
+		size |= int64(c&0x7f) << shift
+	}
+	switch t {
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+		if err := checkSize(size, limit); err != nil {
+			return plumbing.InvalidObject, nil, bad(err.Error())
+		}
+		b, err := inflate(data[pos:end], size)
+		if err != nil {
+			return plumbing.InvalidObject, nil, bad(err.Error())
+		}
+		return t, b, nil
+	case plumbing.OFSDeltaObject, plumbing.REFDeltaObject:
+	default:
+		return plumbing.InvalidObject, nil, bad(fmt.Sprintf("unknown type %d", t))
+	}
+	var base []byte
+	var bt plumbing.ObjectType
+	var err error
+	if t == plumbing.OFSDeltaObject {
+		if pos >= end {
+			return plumbing.InvalidObject, nil, bad("malformed delta offset")
+		}
+		c = data[pos]
+		pos++
+		rel := int64(c & 0x7f)
+		for c&0x80 != 0 {
+			if pos >= end || rel > 1<<48 {
+				return plumbing.InvalidObject, nil, bad("malformed delta offset")
+			}
+			c = data[pos]
+			pos++
+			rel = ((rel + 1) << 7) | int64(c&0x7f)
+		}
+		if rel <= 0 || rel > off {
+			return plumbing.InvalidObject, nil, bad("delta base outside the pack")
+		}
+		bt, base, err = d.base(p, off-rel, depth)
+	} else {
+		if pos+20 > end {
+			return plumbing.InvalidObject, nil, bad("malformed delta base")
+		}
+		var bh plumbing.Hash
+		copy(bh[:], data[pos:pos+20])
+		pos += 20
+		bo, found := p.offset(bh)
+		if !found {
+			return plumbing.InvalidObject, nil, bad("delta base " + bh.String() + " is not in the pack")
+		}
+		bt, base, err = d.base(p, bo, depth)
+	}
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	if err := checkSize(size, maxObjectSize); err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	delta, err := inflate(data[pos:end], size)
+	if err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	if target, ok := deltaTargetSize(delta); !ok || checkSize(target, limit) != nil {
+		return plumbing.InvalidObject, nil, bad("delta target too large or malformed")
+	}
+	out, err := packfile.PatchDelta(base, delta)
+	if err != nil {
+		return plumbing.InvalidObject, nil, bad(err.Error())
+	}
+	return bt, out, nil
+}
+
+// base returns a delta base, cached.
+func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []byte, error) {
+	k := baseKey{p, off}
+	d.baseMu.Lock()
+	b, ok := d.bases[k]
+	d.baseMu.Unlock()
+	if ok {
+		return plumbing.ObjectType(b[0]), b[1:], nil
+	}
+	t, data, err := d.packed(p, off, 0, depth+1)
+	if err != nil {
+		return t, nil, err
+	}
+	e := make([]byte, 1+len(data))
+	e[0] = byte(t)
+	copy(e[1:], data)
+	d.baseMu.Lock()
+	if d.baseBytes+len(e) > maxBaseBytes {
+		clear(d.bases)
+		d.baseBytes = 0
+	}
+	d.bases[k] = e
+	d.baseBytes += len(e)
+	d.baseMu.Unlock()
+	return t, data, nil
+}
+
+// deltaTargetSize reads the target size of a delta (after its source
+// size).
+func deltaTargetSize(delta []byte) (int64, bool) {
+	i := 0
+	for n := 0; n < 2; n++ {
+		var v int64
+		for shift := 0; ; shift += 7 {
+			if i >= len(delta) || shift > 56 {
+				return 0, false
+			}
+			c := delta[i]
+			i++
+			v |= int64(c&0x7f) << shift
+			if c&0x80 == 0 {
+				break
+			}
+		}
+		if n == 1 {
+			return v, true
+		}
+	}
+	return 0, false
+}

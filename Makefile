@@ -15,10 +15,10 @@ build:
 
 ## image: signet's container image from scratch (static binary at /signet),
 ## written as an OCI image layout to bin/image; prints its digest
-## (internal/ociimage, docs/deploy.md). SOURCE_DATE_EPOCH sets its time.
+## (internal/tools/ociimage, docs/deploy.md). SOURCE_DATE_EPOCH sets its time.
 image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(BIN)/signet-linux-amd64 ./cmd/signet
-	$(GO) run ./internal/ociimage/cmd/ociimage -binary $(BIN)/signet-linux-amd64 -out $(BIN)/image
+	$(GO) run ./internal/tools/ociimage/cmd/ociimage -binary $(BIN)/signet-linux-amd64 -out $(BIN)/image
 
 ## tools: stock tools the interop tests drive (cosign), built once into bin/.
 tools:
@@ -26,7 +26,7 @@ tools:
 
 ## kube-tools: etcd (Debian's etcd-server) and kube-apiserver, kube-scheduler,
 ## kube-controller-manager built from hack/kube-tools into bin/, once, for
-## internal/kubetest.
+## internal/testing/kubetest.
 kube-tools:
 	./hack/kube-tools.sh
 
@@ -55,10 +55,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
 
 ## mutations: every mutation of hack/mutations.yaml must be caught by the test
-## named for it (internal/mutate). One only: make mutations MUTATION=<id>[,<id>…].
+## named for it (internal/tools/mutate). One only: make mutations MUTATION=<id>[,<id>…].
 ## MUTATE_ARGS=-overlay leaves the working tree untouched (go test -overlay).
 mutations:
-	$(GO) build -o $(BIN)/mutate ./internal/mutate/cmd/mutate
+	$(GO) build -o $(BIN)/mutate ./internal/tools/mutate/cmd/mutate
 	$(BIN)/mutate -list hack/mutations.yaml $(if $(MUTATION),-only $(MUTATION)) $(MUTATE_ARGS)
 
 clean:

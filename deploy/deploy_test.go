@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"signet.dev/signet/internal/kubetest"
+	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/kube"
 )

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )

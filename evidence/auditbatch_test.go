@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest"
 )
 
 // TestAuditBatchesMatchWholeBranch: the audit checks a run as soon as its

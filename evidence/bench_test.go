@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/gitobj"
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // Benchmarks of the issue-4 figures. Reproduce with

@@ -17,9 +17,9 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/corpus"
 	"signet.dev/signet/internal/gitobj"
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/corpus"
+	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/faultproxy"
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/faultproxy"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // faultTimeout is StoreOptions.Timeout in the fault tests, and faultSlack

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // TestTreeOrder appends, over several commits, names whose Git order

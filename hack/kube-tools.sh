@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane that internal/kubetest starts into bin/:
+# Builds the Kubernetes control plane that internal/testing/kubetest starts into bin/:
 # kube-apiserver, kube-scheduler and kube-controller-manager, and the stock
 # kubectl that tests drive against it (deploy/: `kubectl auth can-i --list`),
 # all from the separate tools module hack/kube-tools (pinned k8s.io/kubernetes

@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/local"
 	"signet.dev/signet/specs"

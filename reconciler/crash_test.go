@@ -13,7 +13,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/specs"
 )
 

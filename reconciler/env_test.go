@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	_ "signet.dev/signet/reconciler/kube" // the families Build enables from the config
 	_ "signet.dev/signet/reconciler/local"

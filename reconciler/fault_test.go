@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/faultproxy"
-	"signet.dev/signet/internal/gittest"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/faultproxy"
+	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/reconciler/local"

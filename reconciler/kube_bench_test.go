@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/kubetest"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/kubetest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/kube"
 	"signet.dev/signet/specs"

@@ -26,8 +26,8 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
-	"signet.dev/signet/internal/kubetest"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/kubetest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/reconciler/kube"
@@ -46,7 +46,7 @@ const (
 // kubeWorld is one real control plane (etcd, kube-apiserver,
 // kube-scheduler, kube-controller-manager) shared by the Kubernetes
 // end-to-end tests. Only what cannot run here is simulated (see
-// internal/kubetest): the kubelet's container runtime, played by the test
+// internal/testing/kubetest): the kubelet's container runtime, played by the test
 // agent, which runs each pod's containers as local processes of this
 // machine, and the MPI Operator, played by its stand-in. Nodes are API
 // objects with GPU capacity; the scheduler, the garbage collector and the

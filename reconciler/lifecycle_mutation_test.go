@@ -23,7 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"

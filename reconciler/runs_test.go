@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/specs"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/gittest"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/specs"
 )
 

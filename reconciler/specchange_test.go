@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/testenv"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/specs"
 )
 

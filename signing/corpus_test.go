@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/corpus"
+	"signet.dev/signet/internal/testing/corpus"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
 	"signet.dev/signet/internal/specdiff"
+	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/specs"
 )
 

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/specs"
 )
 

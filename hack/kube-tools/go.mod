@@ -1,5 +1,5 @@
 // Module kube-tools pins the Kubernetes control-plane binaries that
-// internal/kubetest starts (kube-apiserver, kube-scheduler,
+// internal/testing/kubetest starts (kube-apiserver, kube-scheduler,
 // kube-controller-manager) and the kubectl that tests drive. It is a
 // separate module so that the project's own go.mod never depends on
 // k8s.io/kubernetes. Built by hack/kube-tools.sh.

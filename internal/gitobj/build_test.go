@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // TestBuilderTreeOrder commits, one on another, names whose Git order

@@ -11,7 +11,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 func TestRollup(t *testing.T) {

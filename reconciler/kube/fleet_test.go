@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"signet.dev/signet/internal/kubetest"
+	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/kubetest"
+	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )

@@ -1,7 +1,7 @@
 // Command mutate applies each mutation of a checked-in list to signet's
 // source, runs only the test named for it and requires that test to fail on
 // the named assertion; it restores the source after each one and prints a
-// table. See package signet.dev/signet/internal/mutate.
+// table. See package signet.dev/signet/internal/tools/mutate.
 //
 // Exit status: 0 when every mutation was caught, 1 when one survived or is
 // broken, 2 for a bad list or flags, 3 when the tree could not be restored
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"signet.dev/signet/internal/mutate"
+	"signet.dev/signet/internal/tools/mutate"
 )
 
 func main() { os.Exit(run()) }

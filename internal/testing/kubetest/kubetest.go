@@ -335,7 +335,7 @@ type bins struct{ etcd, apiserver, scheduler, controllerManager string }
 // ModuleRoot is the signet module's root directory.
 func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
 func binaries(t testing.TB) bins {

@@ -1,5 +1,5 @@
 // Command ociimage writes signet's container image as an OCI image layout
-// from a static signet binary (package signet.dev/signet/internal/ociimage)
+// from a static signet binary (package signet.dev/signet/internal/tools/ociimage)
 // and prints the image digest. `make image` runs it.
 //
 // The creation time is -created (Unix seconds), else $SOURCE_DATE_EPOCH,
@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"time"
 
-	"signet.dev/signet/internal/ociimage"
+	"signet.dev/signet/internal/tools/ociimage"
 )
 
 func main() { os.Exit(run()) }

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/ociimage"
+	"signet.dev/signet/internal/tools/ociimage"
 )
 
 // signetBin is the static signet binary, built once by TestMain as
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	signetBin = filepath.Join(dir, "signet")
 	cmd := exec.Command("go", "build", "-o", signetBin, "./cmd/signet")
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)

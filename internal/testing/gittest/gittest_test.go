@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 func TestHTTPServerPushFetch(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/internal/faultproxy"
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/faultproxy"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // TestFaults drives stock git through each fault and back to healthy.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 )
 
 // Competitor pushes competing commits to a branch with stock git, through

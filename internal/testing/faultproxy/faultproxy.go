@@ -1,5 +1,5 @@
 // Package faultproxy puts a misbehaving network between a Git client and
-// a real smart-HTTP Git server (internal/gittest) so that tests can show
+// a real smart-HTTP Git server (internal/testing/gittest) so that tests can show
 // what signet does when the remote refuses connections, resets a
 // connection in the middle of a pack, stalls without answering, or loses a
 // compare-and-swap push to a competing writer. It speaks just enough

@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
-	"signet.dev/signet/internal/gittest"
+	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -45,7 +45,7 @@ func Signet(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 		sum := sha256.Sum256([]byte(root))
 		dir := filepath.Join(os.TempDir(), "signet-testenv-"+hex.EncodeToString(sum[:6]))
 		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/testing/corpus"
 	"signet.dev/signet/internal/testing/gittest"
@@ -65,8 +66,8 @@ func evidenceReasons(t *testing.T) []corpus.Reason {
 //	                        by testdata/corpus/KEY.key (test-only keys: "evidence"
 //	                        is the trust policy's evidence signer, "approver" an
 //	                        approver)
-//	audit [since=NAME]      evidence.Audit under testdata/corpus/trust.yaml
-//	verify RUN              evidence.Verify of RUN
+//	audit [since=NAME]      audit.Branch under testdata/corpus/trust.yaml
+//	verify RUN              audit.Verify of RUN
 //
 // It returns the text of every error and audit finding, in order.
 type scenario struct {
@@ -235,13 +236,13 @@ func (s *scenario) step(op string, args []string) {
 	case "git-reset":
 		gittest.Git(t, s.bare, "update-ref", "refs/heads/"+evidence.DefaultBranch, s.pins[args[0]])
 	case "audit":
-		opts := evidence.AuditOptions{Repo: s.bare, Policy: s.policy, Now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+		opts := audit.Options{Repo: s.bare, Policy: s.policy, Now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 		for _, a := range args {
 			if v, ok := strings.CutPrefix(a, "since="); ok {
 				opts.Since = s.pins[v]
 			}
 		}
-		rep, err := evidence.Audit(ctx, opts)
+		rep, err := audit.Branch(ctx, opts)
 		s.fail(err)
 		if rep != nil {
 			for _, f := range rep.Findings {
@@ -249,7 +250,7 @@ func (s *scenario) step(op string, args []string) {
 			}
 		}
 	case "verify":
-		_, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: s.bare, Run: args[0], Policy: s.policy})
+		_, err := audit.Verify(ctx, audit.VerifyOptions{Repo: s.bare, Run: args[0], Policy: s.policy})
 		s.fail(err)
 	default:
 		t.Fatalf("unknown scenario step %q", op)

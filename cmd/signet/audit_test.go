@@ -17,6 +17,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest/reconciled"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -47,7 +48,7 @@ func evidenceFixture(t *testing.T) *evidencetest.Fixture {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		fixture, fixtureErr = evidencetest.Build(ctx, fixtureDir, "run-a", "run-b")
+		fixture, fixtureErr = reconciled.Build(ctx, fixtureDir, "run-a", "run-b")
 	})
 	require.NoError(t, fixtureErr)
 	return fixture

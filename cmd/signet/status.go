@@ -57,10 +57,10 @@ Exit status: 0, or 2 when the branch could not be read.`,
 // statusJSON is the --output json form: the branch status with
 // Kubernetes-style conditions per run.
 type statusJSON struct {
-	Repo   string                `json:"repo"`
-	Branch string                `json:"branch"`
-	Tip    string                `json:"tip"`
-	Runs   []runStatusJSON       `json:"runs"`
+	Repo   string             `json:"repo"`
+	Branch string             `json:"branch"`
+	Tip    string             `json:"tip"`
+	Runs   []runStatusJSON    `json:"runs"`
 	Nodes  []audit.NodeStatus `json:"nodes"`
 }
 

@@ -1,4 +1,4 @@
-package evidence_test
+package audit_test
 
 import (
 	"bytes"

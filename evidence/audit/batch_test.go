@@ -1,4 +1,4 @@
-package evidence_test
+package audit_test
 
 import (
 	"path"
@@ -71,13 +71,13 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
 			require.NoError(t, err)
 			rule, p := tc.tamper(t, c)
-			audit := func(batch int) *audit.Report {
-				defer evidence.SetClosedRunBatch(batch)()
+			auditBatched := func(batch int) *audit.Report {
+				defer audit.SetClosedRunBatch(batch)()
 				rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: f.Policy})
 				require.NoError(t, err)
 				return rep
 			}
-			whole := audit(1 << 30)
+			whole := auditBatched(1 << 30)
 			if rule == "" {
 				assert.Empty(t, whole.Findings)
 			} else {
@@ -86,7 +86,7 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			}
 			require.Len(t, whole.Runs, 3)
 			for _, batch := range []int{1, 2} {
-				assert.Equal(t, whole, audit(batch), "closed runs checked %d at a time", batch)
+				assert.Equal(t, whole, auditBatched(batch), "closed runs checked %d at a time", batch)
 			}
 		})
 	}

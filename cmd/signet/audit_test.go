@@ -38,7 +38,10 @@ func TestMain(m *testing.M) {
 }
 
 // evidenceFixture is one evidence branch written by the real reconciler
-// (runs run-a and run-b of a two-check local profile), built once.
+// (runs run-a and run-b of a two-check local profile), built once. It is
+// the writer/auditor cross-check: the auditor's own tests build branches
+// without the reconciler (evidencetest.Build), and TestAuditTamper's
+// "clean" case requires the real reconciler's branch to audit clean.
 func evidenceFixture(t *testing.T) *evidencetest.Fixture {
 	t.Helper()
 	fixtureOnce.Do(func() {

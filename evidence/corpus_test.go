@@ -1,11 +1,8 @@
 package evidence_test
 
 import (
-	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/gitobj"
@@ -33,28 +30,9 @@ func evidenceReasons(t *testing.T) []corpus.Reason {
 	return append(rs, engine...)
 }
 
-// TestCorpus runs every checked-in scenario and requires the reason the
-// manifest names for it.
+// TestCorpus runs every checked-in scenario, requires the reason the
+// manifest names for it, and that every named reason is reached or owned
+// up to in testdata/corpus/uncovered.json.
 func TestCorpus(t *testing.T) {
-	reasons := evidenceReasons(t)
-	entries, err := corpus.Load(corpusDir)
-	require.NoError(t, err)
-	for _, e := range entries {
-		t.Run(e.Input, func(t *testing.T) {
-			msgs := evidencetest.RunScenario(t, corpusDir, filepath.Join(corpusDir, e.Input))
-			r, ok := corpus.Find(reasons, e.Reason)
-			require.True(t, ok, "the manifest names %q, which the evidence source no longer states", e.Reason)
-			assert.True(t, r.Matches(msgs), "want reason %q (%s); got:\n%s", r.ID, r.Where, strings.Join(msgs, "\n"))
-		})
-	}
-}
-
-// TestCorpusCoverage lists every named reason of the evidence package that
-// no scenario reaches, and fails when there is one not owned up to in
-// testdata/corpus/uncovered.json.
-func TestCorpusCoverage(t *testing.T) {
-	reasons := evidenceReasons(t)
-	entries, err := corpus.Load(corpusDir)
-	require.NoError(t, err)
-	corpus.RequireCovered(t, corpusDir, reasons, entries)
+	evidencetest.RunCorpus(t, corpusDir, evidenceReasons(t))
 }

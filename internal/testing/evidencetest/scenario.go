@@ -12,15 +12,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/testing/corpus"
 	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
+
+// RunCorpus runs every scenario of the corpus directory dir (its
+// manifest.json) with RunScenario and requires the reason the manifest
+// names for it, one of reasons (the package's named outcomes); then that
+// every reason is reached, or owned up to in dir/uncovered.json.
+func RunCorpus(t *testing.T, dir string, reasons []corpus.Reason) {
+	entries, err := corpus.Load(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		t.Run(e.Input, func(t *testing.T) {
+			msgs := RunScenario(t, dir, filepath.Join(dir, e.Input))
+			r, ok := corpus.Find(reasons, e.Reason)
+			require.True(t, ok, "the manifest names %q, which the package source no longer states", e.Reason)
+			assert.True(t, r.Matches(msgs), "want reason %q (%s); got:\n%s", r.ID, r.Where, strings.Join(msgs, "\n"))
+		})
+	}
+	t.Run("coverage", func(t *testing.T) { corpus.RequireCovered(t, dir, reasons, entries) })
+}
 
 // RunScenario runs the .scenario input file of the corpus directory dir
 // (which holds the keys and trust policy its steps name): a list of steps

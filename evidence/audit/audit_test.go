@@ -314,3 +314,24 @@ func slicesIndex(fs []audit.Finding, p string) int {
 	}
 	return 0
 }
+
+// TestAuditCanceledRun: a run canceled after its first check, with the
+// cancel approved and copied into the run, audits clean: the run evidence
+// is Summarize's for a cancel (the second check skipped), the node retained.
+func TestAuditCanceledRun(t *testing.T) {
+	f, err := evidencetest.BuildRuns(t.Context(), t.TempDir(), evidencetest.Run{Name: "run-a"}, evidencetest.Run{Name: "run-b", Canceled: true})
+	require.NoError(t, err)
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: f.Repo, Policy: f.Policy})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Findings)
+	require.Len(t, rep.Runs, 2)
+	r := rep.Runs[1]
+	assert.Equal(t, "run-b", r.Run)
+	assert.True(t, r.Canceled)
+	assert.Equal(t, specs.VerdictCanceled, r.Verdict)
+	assert.Equal(t, evidence.PhaseDone, r.Phase)
+	require.Len(t, r.Checks, 2)
+	assert.False(t, r.Checks[0].Skipped)
+	assert.True(t, r.Checks[1].Skipped)
+	assert.Equal(t, int64(2), r.ReceiptSequence)
+}

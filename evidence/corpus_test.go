@@ -1,38 +1,24 @@
 package evidence_test
 
 import (
-	"bufio"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/crypto/ssh"
 
-	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/testing/corpus"
-	"signet.dev/signet/internal/testing/gittest"
-	"signet.dev/signet/signing"
-	"signet.dev/signet/specs"
+	"signet.dev/signet/internal/testing/evidencetest"
 )
 
 const corpusDir = "testdata/corpus"
 
 // evidenceReasons are the evidence package's named rejection reasons: the
-// sentinel errors callers decide on with errors.Is (the store's, the
-// audit's and Verify's) and the audit's rule ids. Other messages of the
-// package are details inside one of these.
+// sentinel errors callers decide on with errors.Is (the store's; the
+// auditor's are evidence/audit's corpus). Other messages of the package
+// are details inside one of these.
 func evidenceReasons(t *testing.T) []corpus.Reason {
 	t.Helper()
-	rs, err := corpus.Scan(corpus.Source{Dir: ".", Sentinels: true, ConstPrefix: "Rule"})
+	rs, err := corpus.Scan(corpus.Source{Dir: ".", Sentinels: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, rs)
 	// The remote's errors, which the Store returns as its own, are stated
@@ -44,240 +30,9 @@ func evidenceReasons(t *testing.T) []corpus.Reason {
 	return append(rs, engine...)
 }
 
-// scenario runs one .scenario input: a list of steps against a real bare
-// repository (and, for "remote", a real Git HTTP server), with stock git
-// for what signet itself would never do. Lines:
-//
-//	remote token|closed     serve the repository over HTTP with a token and
-//	                        open the store with a wrong one | use a closed port
-//	append PATH...          Store.Append of files holding their own path
-//	read PATH               Store.Read
-//	refresh                 Store.Refresh
-//	hook-reject             install a pre-receive hook that refuses every push
-//	git-add PATH [TEXT]     an unsigned commit adding or changing PATH (stock git)
-//	git-rm PATH             an unsigned commit deleting PATH
-//	git-merge PATH          a merge commit whose side branch adds PATH
-//	pin NAME                remember the branch tip as NAME
-//	git-reset NAME          point the branch at NAME (stock git update-ref)
-//	sign KEY PATH PRED JSON an unsigned commit adding PATH: a DSSE envelope of
-//	                        an in-toto statement of predicate type
-//	                        https://signet.dev/PRED/v1 and predicate JSON, signed
-//	                        by testdata/corpus/KEY.key (test-only keys: "evidence"
-//	                        is the trust policy's evidence signer, "approver" an
-//	                        approver)
-//	audit [since=NAME]      evidence.Audit under testdata/corpus/trust.yaml
-//	verify RUN              evidence.Verify of RUN
-//
-// It returns the text of every error and audit finding, in order.
-type scenario struct {
-	t      *testing.T
-	bare   string
-	work   string
-	url    string
-	auth   evidence.Auth
-	store  *evidence.Store
-	pins   map[string]string
-	policy *signing.TrustPolicy
-	msgs   []string
-}
-
-func runScenario(t *testing.T, file string) []string {
-	t.Helper()
-	s := &scenario{t: t, bare: filepath.Join(t.TempDir(), "evidence.git"), work: t.TempDir(), pins: map[string]string{}}
-	gittest.InitBare(t, s.bare)
-	s.url = s.bare
-	gittest.Git(t, s.work, "init", "-q", "-b", "w")
-	var err error
-	s.policy, err = signing.LoadTrustPolicy(filepath.Join(corpusDir, "trust.yaml"))
-	require.NoError(t, err)
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		args := strings.Fields(line)
-		s.step(args[0], args[1:])
-	}
-	require.NoError(t, sc.Err())
-	if s.store != nil {
-		_ = s.store.Close()
-	}
-	return s.msgs
-}
-
-func (s *scenario) fail(err error) {
-	if err != nil {
-		s.msgs = append(s.msgs, err.Error())
-	}
-}
-
-func (s *scenario) open() *evidence.Store {
-	if s.store != nil {
-		return s.store
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(s.t, err)
-	signer, err := ssh.NewSignerFromKey(priv)
-	require.NoError(s.t, err)
-	st, err := evidence.Open(s.t.Context(), evidence.StoreOptions{
-		URL: s.url, Auth: s.auth, CommitSigner: signer, Author: "corpus", Email: "corpus@example.invalid",
-		StateDir: s.t.TempDir(), Timeout: 20 * time.Second,
-	})
-	s.fail(err)
-	s.store = st
-	return st
-}
-
-func (s *scenario) git(args ...string) string { return gittest.Git(s.t, s.work, args...) }
-
-// checkout makes the work tree the branch's tip (or an empty branch).
-func (s *scenario) checkout() {
-	if _, err := gittest.Run(s.t, s.work, nil, "fetch", "-q", s.bare, "+refs/heads/"+evidence.DefaultBranch+":refs/remotes/b/tip"); err != nil {
-		s.git("checkout", "-q", "--orphan", fmt.Sprintf("empty-%d", time.Now().UnixNano()))
-		_, _ = gittest.Run(s.t, s.work, nil, "rm", "-rq", "--cached", "--ignore-unmatch", ".")
-		return
-	}
-	s.git("checkout", "-q", "-f", "-B", "w", "refs/remotes/b/tip")
-}
-
-func (s *scenario) commitAndPush(msg string) {
-	s.git("-c", "user.name=corpus", "-c", "user.email=corpus@example.invalid", "commit", "-q", "--allow-empty", "-m", msg)
-	gittest.Git(s.t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/"+evidence.DefaultBranch)
-}
-
-func (s *scenario) write(p, text string) {
-	full := filepath.Join(s.work, filepath.FromSlash(p))
-	require.NoError(s.t, os.MkdirAll(filepath.Dir(full), 0o755))
-	require.NoError(s.t, os.WriteFile(full, []byte(text), 0o644))
-	s.git("add", p)
-}
-
-func (s *scenario) step(op string, args []string) {
-	t := s.t
-	ctx := t.Context()
-	switch op {
-	case "remote":
-		require.Len(t, args, 1)
-		switch args[0] {
-		case "token":
-			srv := gittest.NewHTTPServer(t, gittest.WithAuth(gittest.Auth{Token: "right-token"}))
-			var dir string
-			s.url, dir = srv.NewRepo("evidence")
-			s.bare = dir
-			s.auth = evidence.Auth{Token: "wrong-token"}
-		case "closed":
-			s.url = "http://127.0.0.1:1/evidence.git"
-		default:
-			t.Fatalf("remote %q", args[0])
-		}
-	case "append":
-		st := s.open()
-		if st == nil {
-			return
-		}
-		var files []evidence.File
-		for _, p := range args {
-			files = append(files, evidence.File{Path: p, Data: []byte(p + "\n")})
-		}
-		_, err := st.Append(ctx, "", files)
-		s.fail(err)
-	case "read":
-		if st := s.open(); st != nil {
-			_, err := st.Read(ctx, args[0])
-			s.fail(err)
-		}
-	case "refresh":
-		if st := s.open(); st != nil {
-			s.fail(st.Refresh(ctx))
-		}
-	case "hook-reject":
-		hook := filepath.Join(s.bare, "hooks", "pre-receive")
-		require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\necho refused by policy >&2\nexit 1\n"), 0o755))
-	case "git-add":
-		s.checkout()
-		text := args[0] + "\n"
-		if len(args) > 1 {
-			text = strings.Join(args[1:], " ") + "\n"
-		}
-		s.write(args[0], text)
-		s.commitAndPush("add " + args[0])
-	case "git-rm":
-		s.checkout()
-		s.git("rm", "-q", args[0])
-		s.commitAndPush("remove " + args[0])
-	case "git-merge":
-		s.checkout()
-		s.git("checkout", "-q", "-B", "side")
-		s.write(args[0], args[0]+"\n")
-		s.git("-c", "user.name=corpus", "-c", "user.email=corpus@example.invalid", "commit", "-q", "-m", "side")
-		s.git("checkout", "-q", "-B", "w", "refs/remotes/b/tip")
-		s.git("-c", "user.name=corpus", "-c", "user.email=corpus@example.invalid", "merge", "-q", "--no-ff", "-m", "merge", "side")
-		gittest.Git(t, s.work, "push", "-q", "-f", s.bare, "HEAD:refs/heads/"+evidence.DefaultBranch)
-	case "sign":
-		require.GreaterOrEqual(t, len(args), 4, "sign KEY PATH PRED JSON")
-		key, err := signing.LoadPrivateKey(filepath.Join(corpusDir, args[0]+".key"), nil)
-		require.NoError(t, err)
-		st, err := signing.NewStatement("https://signet.dev/"+args[2]+"/v1",
-			[]signing.Subject{signing.SubjectFor("corpus", specs.DigestOf([]byte("corpus")))},
-			json.RawMessage(strings.Join(args[3:], " ")))
-		require.NoError(t, err)
-		env, err := signing.SignStatement(st, key)
-		require.NoError(t, err)
-		s.checkout()
-		s.write(args[1], string(env))
-		s.commitAndPush("sign " + args[1])
-	case "pin":
-		s.pins[args[0]] = gittest.Git(t, s.bare, "rev-parse", "refs/heads/"+evidence.DefaultBranch)
-	case "git-reset":
-		gittest.Git(t, s.bare, "update-ref", "refs/heads/"+evidence.DefaultBranch, s.pins[args[0]])
-	case "audit":
-		opts := evidence.AuditOptions{Repo: s.bare, Policy: s.policy, Now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-		for _, a := range args {
-			if v, ok := strings.CutPrefix(a, "since="); ok {
-				opts.Since = s.pins[v]
-			}
-		}
-		rep, err := evidence.Audit(ctx, opts)
-		s.fail(err)
-		if rep != nil {
-			for _, f := range rep.Findings {
-				s.msgs = append(s.msgs, f.String())
-			}
-		}
-	case "verify":
-		_, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: s.bare, Run: args[0], Policy: s.policy})
-		s.fail(err)
-	default:
-		t.Fatalf("unknown scenario step %q", op)
-	}
-}
-
-// TestCorpus runs every checked-in scenario and requires the reason the
-// manifest names for it.
+// TestCorpus runs every checked-in scenario, requires the reason the
+// manifest names for it, and that every named reason is reached or owned
+// up to in testdata/corpus/uncovered.json.
 func TestCorpus(t *testing.T) {
-	reasons := evidenceReasons(t)
-	entries, err := corpus.Load(corpusDir)
-	require.NoError(t, err)
-	for _, e := range entries {
-		t.Run(e.Input, func(t *testing.T) {
-			msgs := runScenario(t, filepath.Join(corpusDir, e.Input))
-			r, ok := corpus.Find(reasons, e.Reason)
-			require.True(t, ok, "the manifest names %q, which the evidence source no longer states", e.Reason)
-			assert.True(t, r.Matches(msgs), "want reason %q (%s); got:\n%s", r.ID, r.Where, strings.Join(msgs, "\n"))
-		})
-	}
-}
-
-// TestCorpusCoverage lists every named reason of the evidence package that
-// no scenario reaches, and fails when there is one not owned up to in
-// testdata/corpus/uncovered.json.
-func TestCorpusCoverage(t *testing.T) {
-	reasons := evidenceReasons(t)
-	entries, err := corpus.Load(corpusDir)
-	require.NoError(t, err)
-	corpus.RequireCovered(t, corpusDir, reasons, entries)
+	evidencetest.RunCorpus(t, corpusDir, evidenceReasons(t))
 }

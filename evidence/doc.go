@@ -1,6 +1,7 @@
 // Package evidence holds the durable record of signet's runs: the
 // documents of a run and the Git evidence branch that stores them
-// (DESIGN §5–§6).
+// (DESIGN §5–§6). The auditor that proves a branch, and the catalog of
+// rules its findings name, is package evidence/audit.
 //
 // The Store appends to the branch without a worktree, through signet's Git
 // object engine (internal/gitobj, which says what it refuses of the bytes

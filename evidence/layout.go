@@ -179,6 +179,10 @@ const dateLayout = "2006/01/02"
 
 var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
+// IsDNSLabel reports whether s may name a cluster or a check in the
+// layout: a DNS label (RFC 1123, lowercase, at most 63 characters).
+func IsDNSLabel(s string) bool { return dnsLabelRE.MatchString(s) }
+
 func isShard(s string) bool {
 	return len(s) == 2 && strings.Trim(s, "0123456789abcdef") == ""
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/signing"
 )
 
@@ -59,7 +60,7 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Branch.AddFlags(fs)
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
 	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier: the branch must descend from it (detects a rewritten, force-pushed history)")
-	fs.DurationVar(&o.Grace, "grace", evidence.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
+	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	o.Output.AddFlags(fs)
 }
@@ -114,7 +115,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	rep, err := evidence.Audit(ctx, evidence.AuditOptions{
+	rep, err := audit.Branch(ctx, audit.Options{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: o.Since, Grace: o.Grace,
 	})
 	if err != nil {
@@ -134,7 +135,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	return nil
 }
 
-func printAudit(w io.Writer, rep *evidence.AuditReport) {
+func printAudit(w io.Writer, rep *audit.Report) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", rep.Branch, rep.Repo, shortRev(rep.Tip))
 	fmt.Fprintf(w, "trust policy %s\n", rep.TrustPolicyDigest)
 	fmt.Fprintf(w, "%d commits, %d files, %d signed documents, %d runs\n", rep.Commits, rep.Files, rep.Documents, len(rep.Runs))

@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/internal/testing/evidencetest/reconciled"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -36,7 +38,10 @@ func TestMain(m *testing.M) {
 }
 
 // evidenceFixture is one evidence branch written by the real reconciler
-// (runs run-a and run-b of a two-check local profile), built once.
+// (runs run-a and run-b of a two-check local profile), built once. It is
+// the writer/auditor cross-check: the auditor's own tests build branches
+// without the reconciler (evidencetest.Build), and TestAuditTamper's
+// "clean" case requires the real reconciler's branch to audit clean.
 func evidenceFixture(t *testing.T) *evidencetest.Fixture {
 	t.Helper()
 	fixtureOnce.Do(func() {
@@ -46,24 +51,24 @@ func evidenceFixture(t *testing.T) *evidencetest.Fixture {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		fixture, fixtureErr = evidencetest.Build(ctx, fixtureDir, "run-a", "run-b")
+		fixture, fixtureErr = reconciled.Build(ctx, fixtureDir, "run-a", "run-b")
 	})
 	require.NoError(t, fixtureErr)
 	return fixture
 }
 
 // auditJSON runs signet audit -o json and decodes its report.
-func auditJSON(t *testing.T, args ...string) (*evidence.AuditReport, int, string) {
+func auditJSON(t *testing.T, args ...string) (*audit.Report, int, string) {
 	t.Helper()
 	out, stderr, code := runSigningCLI(t, append([]string{"audit", "-o", "json"}, args...)...)
-	var rep evidence.AuditReport
+	var rep audit.Report
 	if code < 2 {
 		require.NoError(t, json.Unmarshal([]byte(out), &rep), out+stderr)
 	}
 	return &rep, code, stderr
 }
 
-func hasFinding(rep *evidence.AuditReport, rule, run, p string) bool {
+func hasFinding(rep *audit.Report, rule, run, p string) bool {
 	for _, f := range rep.Findings {
 		if f.Rule == rule && (run == "" || f.Run == run) && (p == "" || f.Path == p) {
 			return true
@@ -117,13 +122,13 @@ func TestAuditTamper(t *testing.T) {
 			changed := resign(read(c, p), f.Reconciler, func(pred map[string]any) { pred["reason"] = "rewritten later" })
 			_, err := c.Append(map[string][]byte{p: changed})
 			require.NoError(t, err)
-			return nil, evidence.RuleAppendOnly, "run-a", p
+			return nil, audit.RuleAppendOnly, "run-a", p
 		}},
 		{"document deleted", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-b") + "/receipt.json"
 			_, err := c.Append(map[string][]byte{p: nil})
 			require.NoError(t, err)
-			return nil, evidence.RuleAppendOnly, "run-b", p
+			return nil, audit.RuleAppendOnly, "run-b", p
 		}},
 		{"forged signature", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-a") + "/checks/01-second.intent.json"
@@ -131,13 +136,13 @@ func TestAuditTamper(t *testing.T) {
 			require.NoError(t, err)
 			_, err = c.Rewrite(landed(c, p), map[string][]byte{p: forged})
 			require.NoError(t, err)
-			return nil, evidence.RuleSignature, "run-a", p
+			return nil, audit.RuleSignature, "run-a", p
 		}},
 		{"signed by a key outside the trust policy", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-a") + "/checks/01-second.json"
 			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: resign(read(c, p), other, nil)})
 			require.NoError(t, err)
-			return nil, evidence.RuleUntrustedSigner, "run-a", p
+			return nil, audit.RuleUntrustedSigner, "run-a", p
 		}},
 		{"receipt evidence digest does not match", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-b") + "/receipt.json"
@@ -147,7 +152,7 @@ func TestAuditTamper(t *testing.T) {
 			lp := evidence.ChainPath(evidencetest.Cluster, 2)
 			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: rc, lp: link("run-b", p, rc)})
 			require.NoError(t, err)
-			return nil, evidence.RuleDigestBinding, "run-b", p
+			return nil, audit.RuleDigestBinding, "run-b", p
 		}},
 		{"receipt chain with a gap", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-b") + "/receipt.json"
@@ -156,7 +161,7 @@ func TestAuditTamper(t *testing.T) {
 				p: rc, evidence.ChainPath(evidencetest.Cluster, 2): nil, evidence.ChainPath(evidencetest.Cluster, 3): link("run-b", p, rc),
 			})
 			require.NoError(t, err)
-			return nil, evidence.RuleReceiptChain, "", evidence.ChainPath(evidencetest.Cluster, 2)
+			return nil, audit.RuleReceiptChain, "", evidence.ChainPath(evidencetest.Cluster, 2)
 		}},
 		{"receipt chain with a fork", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-b") + "/receipt.json"
@@ -166,7 +171,7 @@ func TestAuditTamper(t *testing.T) {
 			})
 			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", p, rc)})
 			require.NoError(t, err)
-			return nil, evidence.RuleReceiptChain, "run-b", p
+			return nil, audit.RuleReceiptChain, "run-b", p
 		}},
 		{"history rewritten and force-pushed", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			pinned, err := c.Tip()
@@ -180,7 +185,7 @@ func TestAuditTamper(t *testing.T) {
 			require.NoError(t, err)
 			_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-2])
 			require.NoError(t, err)
-			return []string{"--since", pinned}, evidence.RuleHistoryRewritten, "", ""
+			return []string{"--since", pinned}, audit.RuleHistoryRewritten, "", ""
 		}},
 		{"admission backed by an approval of a key that may not approve", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			p := runDir(c, "run-a") + "/" + evidence.AdmissionFile
@@ -192,7 +197,7 @@ func TestAuditTamper(t *testing.T) {
 			})
 			_, err = c.Rewrite(landed(c, p), map[string][]byte{ap: forged, p: adm})
 			require.NoError(t, err)
-			return nil, evidence.RuleApproval, "run-a", p
+			return nil, audit.RuleApproval, "run-a", p
 		}},
 		{"run evidence says Pass where a check failed", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			dir := runDir(c, "run-b")
@@ -210,7 +215,7 @@ func TestAuditTamper(t *testing.T) {
 			})
 			_, err := c.Rewrite(landed(c, cp), map[string][]byte{cp: failed, evp: ev, rcp: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", rcp, rc)})
 			require.NoError(t, err)
-			return nil, evidence.RuleRunSummary, "run-b", evp
+			return nil, audit.RuleRunSummary, "run-b", evp
 		}},
 		{"run evidence lists a node verdict its checks do not imply", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			dir := runDir(c, "run-b")
@@ -224,14 +229,14 @@ func TestAuditTamper(t *testing.T) {
 			})
 			_, err := c.Rewrite(landed(c, evp), map[string][]byte{evp: ev, rcp: rc, evidence.ChainPath(evidencetest.Cluster, 2): link("run-b", rcp, rc)})
 			require.NoError(t, err)
-			return nil, evidence.RuleRunSummary, "run-b", evp
+			return nil, audit.RuleRunSummary, "run-b", evp
 		}},
 		{"document copied from another run's directory", func(t *testing.T, c *evidencetest.Copy) ([]string, string, string, string) {
 			from := runDir(c, "run-a") + "/checks/00-first.intent.json"
 			p := runDir(c, "run-b") + "/checks/00-first.intent.json"
 			_, err := c.Rewrite(landed(c, p), map[string][]byte{p: read(c, from)})
 			require.NoError(t, err)
-			return nil, evidence.RuleCopiedDocument, "run-b", p
+			return nil, audit.RuleCopiedDocument, "run-b", p
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,7 +262,7 @@ func TestAuditTamper(t *testing.T) {
 	}
 }
 
-func findingLines(rep *evidence.AuditReport) string {
+func findingLines(rep *audit.Report) string {
 	s := ""
 	for _, f := range rep.Findings {
 		s += fmt.Sprintln(f)

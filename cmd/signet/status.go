@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/specs"
 )
 
@@ -56,15 +57,15 @@ Exit status: 0, or 2 when the branch could not be read.`,
 // statusJSON is the --output json form: the branch status with
 // Kubernetes-style conditions per run.
 type statusJSON struct {
-	Repo   string                `json:"repo"`
-	Branch string                `json:"branch"`
-	Tip    string                `json:"tip"`
-	Runs   []runStatusJSON       `json:"runs"`
-	Nodes  []evidence.NodeStatus `json:"nodes"`
+	Repo   string             `json:"repo"`
+	Branch string             `json:"branch"`
+	Tip    string             `json:"tip"`
+	Runs   []runStatusJSON    `json:"runs"`
+	Nodes  []audit.NodeStatus `json:"nodes"`
 }
 
 type runStatusJSON struct {
-	evidence.RunStatus
+	audit.RunStatus
 	Conditions []metav1.Condition `json:"conditions"`
 }
 
@@ -81,7 +82,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	st, err := evidence.Status(ctx, evidence.StatusOptions{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster})
+	st, err := audit.Status(ctx, audit.StatusOptions{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster})
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
 	}
@@ -103,7 +104,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 // once its receipt is written (reason Succeeded for Pass, Failed
 // otherwise), Reconciling before, Stalled when a document is unreadable
 // or the run is past its deadline without a receipt.
-func runConditions(r evidence.RunStatus, now time.Time) []metav1.Condition {
+func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 	t := metav1.NewTime(now)
 	cond := func(typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, LastTransitionTime: t}
@@ -118,7 +119,7 @@ func runConditions(r evidence.RunStatus, now time.Time) []metav1.Condition {
 		return []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.SucceededReason, fmt.Sprintf("run passed (receipt #%d)", r.ReceiptSequence))}
 	case r.Phase == evidence.PhaseDone:
 		return []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.FailedReason, fmt.Sprintf("run finished: %s (receipt #%d)", r.Verdict, r.ReceiptSequence))}
-	case !r.Deadline.IsZero() && now.After(r.Deadline.Add(evidence.DefaultGrace)):
+	case !r.Deadline.IsZero() && now.After(r.Deadline.Add(audit.DefaultGrace)):
 		msg := fmt.Sprintf("no receipt past the run deadline %s (phase %s)", r.Deadline.UTC().Format(time.RFC3339), r.Phase)
 		return []metav1.Condition{
 			cond(meta.ReadyCondition, metav1.ConditionFalse, "DeadlineExceeded", msg),
@@ -132,7 +133,7 @@ func runConditions(r evidence.RunStatus, now time.Time) []metav1.Condition {
 	}
 }
 
-func printStatus(w io.Writer, st *evidence.BranchStatus) {
+func printStatus(w io.Writer, st *audit.BranchStatus) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", st.Branch, st.Repo, shortRev(st.Tip))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tRUN\tPHASE\tVERDICT\tRECEIPT\tADMITTED\tNODES")

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/specs"
 )
@@ -52,15 +53,15 @@ func TestStatusConditions(t *testing.T) {
 	now := mustTime(t, "2026-11-30T12:00:00Z")
 	for _, tc := range []struct {
 		name   string
-		run    evidence.RunStatus
+		run    audit.RunStatus
 		types  []string
 		reason string
 	}{
-		{"passed", evidence.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictPass}, []string{meta.ReadyCondition}, meta.SucceededReason},
-		{"failed", evidence.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictFail}, []string{meta.ReadyCondition}, meta.FailedReason},
-		{"running", evidence.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(1)}, []string{meta.ReadyCondition, meta.ReconcilingCondition}, meta.ProgressingReason},
-		{"past deadline", evidence.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(-evidence.DefaultGrace - 1)}, []string{meta.ReadyCondition, meta.StalledCondition}, "DeadlineExceeded"},
-		{"unreadable", evidence.RunStatus{Phase: evidence.PhaseUnknown, Problem: "admission.json: bad"}, []string{meta.ReadyCondition, meta.StalledCondition}, meta.FailedReason},
+		{"passed", audit.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictPass}, []string{meta.ReadyCondition}, meta.SucceededReason},
+		{"failed", audit.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictFail}, []string{meta.ReadyCondition}, meta.FailedReason},
+		{"running", audit.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(1)}, []string{meta.ReadyCondition, meta.ReconcilingCondition}, meta.ProgressingReason},
+		{"past deadline", audit.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(-audit.DefaultGrace - 1)}, []string{meta.ReadyCondition, meta.StalledCondition}, "DeadlineExceeded"},
+		{"unreadable", audit.RunStatus{Phase: evidence.PhaseUnknown, Problem: "admission.json: bad"}, []string{meta.ReadyCondition, meta.StalledCondition}, meta.FailedReason},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := runConditions(tc.run, now)

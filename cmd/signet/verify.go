@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 )
 
 func init() { addCommand(newVerifyCmd) }
@@ -32,7 +32,7 @@ func (o *verifyOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Branch.AddFlags(fs)
 	fs.StringVar(&o.Cluster, "cluster", "", "the run's cluster (default: whichever cluster's index holds the run ID)")
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
-	fs.DurationVar(&o.Grace, "grace", evidence.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
+	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	o.Output.AddFlags(fs)
 }
@@ -72,11 +72,11 @@ func (o *verifyOptions) run(cmd *cobra.Command, run string) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	rep, err := evidence.Verify(ctx, evidence.VerifyOptions{
+	rep, err := audit.Verify(ctx, audit.VerifyOptions{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster, Run: run, Policy: policy, Grace: o.Grace,
 	})
 	if err != nil {
-		if errors.Is(err, evidence.ErrAmbiguousRun) {
+		if errors.Is(err, audit.ErrAmbiguousRun) {
 			return exitCode(exitAuditUsage, fmt.Errorf("%w (pass --cluster)", err))
 		}
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read run %s: %w", run, err))
@@ -102,7 +102,7 @@ func orDash(s string) string {
 	return s
 }
 
-func printVerify(w io.Writer, r *evidence.RunReport) {
+func printVerify(w io.Writer, r *audit.RunReport) {
 	fmt.Fprintf(w, "run %s of cluster %s: %s (phase %s)\n", r.Run, r.Cluster, orDash(string(r.Verdict)), r.Phase)
 	fmt.Fprintf(w, "directory %s\n", orDash(r.Dir))
 	if r.Profile != "" {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/specs"
 )
@@ -21,7 +21,7 @@ func TestVerify(t *testing.T) {
 	for _, run := range []string{"run-a", "run-b"} {
 		out, stderr, code := runSigningCLI(t, "verify", run, "--repo", f.Repo, "--trust", f.TrustFile, "-o", "json")
 		require.Equal(t, 0, code, stderr)
-		var rep evidence.RunReport
+		var rep audit.RunReport
 		require.NoError(t, json.Unmarshal([]byte(out), &rep))
 		assert.Equal(t, run, rep.Run)
 		assert.Equal(t, evidencetest.Cluster, rep.Cluster)
@@ -56,7 +56,7 @@ func TestVerify(t *testing.T) {
 		require.NoError(t, err)
 		out, _, code := runSigningCLI(t, "verify", "run-a", "--repo", c.Dir, "--trust", f.TrustFile)
 		assert.Equal(t, 1, code, out)
-		assert.Contains(t, out, evidence.RuleSignature+" run run-a "+p)
+		assert.Contains(t, out, audit.RuleSignature+" run run-a "+p)
 	})
 	for _, tc := range []struct {
 		name string

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/backend"
@@ -190,7 +191,7 @@ func TestToyFamilyEndToEnd(t *testing.T) {
 	assert.Equal(t, []string{"toy-a", "toy-b"}, rc.Released)
 	policy, err := signing.LoadTrustPolicy(keys.TrustFile)
 	require.NoError(t, err)
-	report, err := evidence.Audit(t.Context(), evidence.AuditOptions{Repo: repo.Dir, Policy: policy})
+	report, err := audit.Branch(t.Context(), audit.Options{Repo: repo.Dir, Policy: policy})
 	require.NoError(t, err)
 	assert.True(t, report.Clean(), "audit findings: %v", report.Findings)
 	assert.Len(t, report.Runs, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,66 @@ import (
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
+
+// Run says how Build writes one run.
+type Run struct {
+	// Name is the request's name, which is the run ID.
+	Name string
+	// Canceled: an approved cancel lands after the first check's
+	// evidence, so the other checks never start (skipped), and the run
+	// evidence says canceled.
+	Canceled bool
+}
+
+// Build writes a fixture under dir whose evidence branch holds runs
+// (request names) of a profile of two local checks ("first", "second")
+// on one node, each to its receipt, one after the other. It goes through
+// evidence.Store and the shared protocol (layout, Summarize), never the
+// reconciler: the documents are shaped as the reconciler writes them, one
+// commit per lifecycle step. Repo is a bare repository.
+func Build(ctx context.Context, dir string, runs ...string) (*Fixture, error) {
+	rs := make([]Run, len(runs))
+	for i, name := range runs {
+		rs[i] = Run{Name: name}
+	}
+	return BuildRuns(ctx, dir, rs...)
+}
+
+// BuildRuns is Build with each run's course spelled out.
+func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
+	f, err := NewFixture(dir)
+	if err != nil {
+		return nil, err
+	}
+	f.Repo = filepath.Join(dir, "evidence.git")
+	var yaml strings.Builder
+	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: quick\nspec:\n  bundle:\n    path: bundles/quick\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", specs.DigestOf([]byte("bundle")))
+	for _, ck := range []string{"first", "second"} {
+		fmt.Fprintf(&yaml, "  - name: %s\n    script: ok.sh\n    backend: local\n    deadline: 20s\n", ck)
+	}
+	canceled := map[string]bool{}
+	for _, r := range runs {
+		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n", r.Name)
+		canceled[r.Name] = r.Canceled
+	}
+	w, err := newWriter(ctx, f.Repo, filepath.Join(dir, "state"), Cluster, "localhost", yaml.String(), f.Reconciler, f.Approver)
+	if err != nil {
+		return nil, err
+	}
+	defer w.store.Close()
+	f.Policy = w.policy
+	for _, req := range w.requests {
+		if err := w.run(ctx, req, canceled[req.Name]); err != nil {
+			return nil, fmt.Errorf("run %s: %w", req.Name, err)
+		}
+		f.Runs = append(f.Runs, req.Name)
+	}
+	y, err := f.Policy.MarshalYAML()
+	if err != nil {
+		return nil, err
+	}
+	return f, os.WriteFile(f.TrustFile, y, 0o600)
+}
 
 // Synthetic is an evidence branch written through evidence.Store with
 // documents shaped exactly as the reconciler writes them (one commit per
@@ -31,29 +92,6 @@ type Synthetic struct {
 // 2*checks+4 signed documents each) to a new bare repository under dir,
 // signed by key, approved by approver.
 func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver *signing.PrivateKey) (*Synthetic, error) {
-	remote := filepath.Join(dir, "remote.git")
-	if _, err := Git("", nil, "init", "-q", "--bare", remote); err != nil {
-		return nil, err
-	}
-	policy, err := signing.NewTrustPolicy("synthetic", signing.TrustPolicySpec{
-		Keys:            []signing.TrustedKeySpec{signing.KeySpec(approver.Public()), signing.KeySpec(key.Public())},
-		Approvers:       []string{approver.KeyID()},
-		EvidenceSigners: []string{key.KeyID()},
-	})
-	if err != nil {
-		return nil, err
-	}
-	signer, err := key.SSHSigner()
-	if err != nil {
-		return nil, err
-	}
-	store, err := evidence.Open(ctx, evidence.StoreOptions{URL: remote, CommitSigner: signer, Author: "synthetic", Email: "synthetic@signet.invalid", StateDir: filepath.Join(dir, "state")})
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-
-	script := []byte("#!/bin/sh\nexit 0\n")
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: synthetic\nspec:\n  bundle:\n    path: bundles/synthetic\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", specs.DigestOf([]byte("bundle")))
 	for i := range checks {
@@ -62,120 +100,228 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 	for i := range runs {
 		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: run-%06d\nspec:\n  profile: synthetic\n  nodes: [localhost]\n", i)
 	}
-	objs, findings := specs.ParseDocuments("synthetic.yaml", []byte(yaml.String()))
-	if len(findings) > 0 {
-		return nil, fmt.Errorf("synthetic specs: %v", findings)
+	w, err := newWriter(ctx, filepath.Join(dir, "remote.git"), filepath.Join(dir, "state"), "synthetic", "node-1", yaml.String(), key, approver)
+	if err != nil {
+		return nil, err
 	}
-	var subjects []signing.Subject
-	var prof *specs.Object
-	for _, o := range objs {
-		subjects = append(subjects, signing.SubjectFor(o.Ref(), o.Digest))
-		if o.Kind == specs.KindProfile {
-			prof = o
+	defer w.store.Close()
+	for _, req := range w.requests {
+		if err := w.run(ctx, req, false); err != nil {
+			return nil, err
 		}
 	}
+	return &Synthetic{Remote: filepath.Join(dir, "remote.git"), Policy: w.policy, Reconciler: key, Runs: int(w.seq), Documents: w.docs}, nil
+}
+
+// writer appends runs of one profile on one node to an evidence branch.
+type writer struct {
+	store         *evidence.Store
+	policy        *signing.TrustPolicy
+	key, approver *signing.PrivateKey
+	cluster, node string
+	prof          *specs.Object
+	requests      []*specs.Object
+	// approval approves every spec object.
+	approval []byte
+	script   []byte
+	seq      int64
+	prev     *evidence.FileRef
+	docs     int
+}
+
+// newWriter creates the bare repository remote, a trust policy of key
+// (evidence signer) and approver, and the spec objects of yaml (one
+// profile, its requests), approved by approver.
+func newWriter(ctx context.Context, remote, stateDir, cluster, node, yaml string, key, approver *signing.PrivateKey) (*writer, error) {
+	if _, err := Git("", nil, "init", "-q", "--bare", remote); err != nil {
+		return nil, err
+	}
+	w := &writer{key: key, approver: approver, cluster: cluster, node: node, script: []byte("#!/bin/sh\nexit 0\n")}
+	var err error
+	w.policy, err = signing.NewTrustPolicy(cluster, signing.TrustPolicySpec{
+		Keys:            []signing.TrustedKeySpec{signing.KeySpec(approver.Public()), signing.KeySpec(key.Public())},
+		Approvers:       []string{approver.KeyID()},
+		EvidenceSigners: []string{key.KeyID()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	objs, findings := specs.ParseDocuments("specs.yaml", []byte(yaml))
+	if len(findings) > 0 {
+		return nil, fmt.Errorf("specs: %v", findings)
+	}
+	var subjects []signing.Subject
+	for _, o := range objs {
+		subjects = append(subjects, signing.SubjectFor(o.Ref(), o.Digest))
+		switch o.Kind {
+		case specs.KindProfile:
+			w.prof = o
+		case specs.KindRequest:
+			w.requests = append(w.requests, o)
+		}
+	}
+	if w.approval, err = w.approve(subjects); err != nil {
+		return nil, err
+	}
+	signer, err := key.SSHSigner()
+	if err != nil {
+		return nil, err
+	}
+	w.store, err = evidence.Open(ctx, evidence.StoreOptions{URL: remote, CommitSigner: signer, Author: "synthetic", Email: "synthetic@signet.invalid", StateDir: stateDir})
+	return w, err
+}
+
+// approve returns an approval of subjects signed by the approver.
+func (w *writer) approve(subjects []signing.Subject) ([]byte, error) {
 	st, err := signing.NewApprovalStatement(subjects, signing.ApprovalPredicate{SignedAt: time.Now().UTC().Format(time.RFC3339)})
 	if err != nil {
 		return nil, err
 	}
-	approval, err := signing.SignStatement(st, approver)
+	return signing.SignStatement(st, w.approver)
+}
+
+// sign returns the document at p: predicate pred of type typ about
+// subjects, signed by the evidence key.
+func (w *writer) sign(p, typ string, subjects []signing.Subject, pred any) (evidence.File, error) {
+	st, err := signing.NewStatement(typ, subjects, pred)
+	if err != nil {
+		return evidence.File{}, err
+	}
+	b, err := signing.SignStatement(st, w.key)
+	w.docs++
+	return evidence.File{Path: p, Data: b}, err
+}
+
+// ref is the reference to f by path and digest.
+func ref(f evidence.File) evidence.FileRef {
+	return evidence.FileRef{Path: f.Path, Digest: specs.DigestOf(f.Data)}
+}
+
+// run writes request req's run to its receipt: admission (with the node
+// snapshot, the approval copy and the index entry), then per check its
+// intent and its evidence (with a log), a cancel when canceled (after the
+// first check), the run evidence (Summarize of the checks), and the
+// receipt with its chain link.
+func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) error {
+	run, prof := req.Name, w.prof.Profile
+	now := time.Now().UTC()
+	dir := evidence.RunDir(w.cluster, run, now)
+	uid := fmt.Sprintf("uid-%d", w.seq)
+	snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid, BootID: "boot", Kernel: "6.1"}, "", "  ")
+	snapF := evidence.File{Path: evidence.NodePath(dir, w.node), Data: snap}
+	snapSubj := []signing.Subject{signing.SubjectFor(snapF.Path, specs.DigestOf(snap))}
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, "approval.json"), Data: w.approval}
+	reqRef := evidence.ObjectRef{Kind: req.Kind, Name: req.Name, Digest: req.Digest}
+	adm := evidence.Admission{
+		Cluster: w.cluster, Run: run, AdmittedAt: now, SpecCommit: strings.Repeat("a", 40), SpecPath: ".",
+		TrustPolicyDigest: w.policy.Digest(),
+		Request:           reqRef, RequestObject: *req.Request,
+		Profile: evidence.ObjectRef{Kind: w.prof.Kind, Name: w.prof.Name, Digest: w.prof.Digest}, ProfileObject: *prof,
+		Bundle:       evidence.BundleRecord{Path: prof.Spec.Bundle.Path, Digest: specs.Digest(prof.Spec.Bundle.Digest), Files: []evidence.FileRef{{Path: "ok.sh", Digest: specs.DigestOf(w.script)}}},
+		Participants: []evidence.Participant{{Index: 0, Node: w.node, UID: uid, Snapshot: ref(snapF)}},
+		Approvals:    []evidence.FileRef{ref(apF)},
+		RunDeadline:  now.Add(prof.RunDeadline()),
+	}
+	admF, err := w.sign(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, append([]signing.Subject{signing.SubjectFor(req.Ref(), req.Digest)}, snapSubj...), adm)
+	if err != nil {
+		return err
+	}
+	w.docs++ // the approval copy
+	if _, err := w.store.Append(ctx, "admitted "+run, []evidence.File{snapF, apF, admF, evidence.IndexEntry(w.cluster, run, now)}); err != nil {
+		return err
+	}
+	var docs []*evidence.CheckDoc
+	for i, ck := range prof.Spec.Checks {
+		if canceled && i > 0 {
+			break
+		}
+		doc, err := w.check(ctx, dir, run, uid, i, ck.Name, snapSubj, now)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, doc)
+	}
+	if canceled {
+		if err := w.cancel(ctx, dir, reqRef, run, now); err != nil {
+			return err
+		}
+	}
+	ev := evidence.Summarize(&adm, docs, canceled)
+	ev.Admission, ev.EndedAt = ref(admF), now
+	evF, err := w.sign(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, snapSubj, ev)
+	if err != nil {
+		return err
+	}
+	evCommit, err := w.store.Append(ctx, "evidence", []evidence.File{evF})
+	if err != nil {
+		return err
+	}
+	w.seq++
+	rc := evidence.Receipt{Cluster: w.cluster, Run: run, Sequence: w.seq, Previous: w.prev, Verdict: ev.Verdict,
+		Evidence: ref(evF), EvidenceCommit: evCommit, Cleanup: "done", Released: []string{}, Retained: []string{}, At: now}
+	for _, n := range ev.Nodes {
+		if n.Verdict == specs.VerdictPass {
+			rc.Released = append(rc.Released, n.Node)
+		} else {
+			rc.Retained = append(rc.Retained, n.Node)
+		}
+	}
+	rcF, err := w.sign(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(evF.Path, rc.Evidence.Digest)}, rc)
+	if err != nil {
+		return err
+	}
+	rcRef := ref(rcF)
+	link, _ := json.Marshal(evidence.ChainLink{Run: run, Receipt: rcRef})
+	if _, err := w.store.Append(ctx, "receipt", []evidence.File{rcF, {Path: evidence.ChainPath(w.cluster, rc.Sequence), Data: link}}); err != nil {
+		return err
+	}
+	w.prev = &rcRef
+	return nil
+}
+
+// check writes check i's intent, then its evidence (a Pass on the node)
+// with its log, and returns the evidence as the run directory holds it.
+func (w *writer) check(ctx context.Context, dir, run, uid string, i int, name string, snapSubj []signing.Subject, now time.Time) (*evidence.CheckDoc, error) {
+	nonce := fmt.Sprintf("%032x", i)
+	in, err := w.sign(evidence.CheckIntentPath(dir, i, name), evidence.PredicateCheckIntent, snapSubj, evidence.CheckIntent{Run: run, Check: name, Index: i, Backend: "local", BackendNames: []string{"pid"},
+		RenderedDigest: specs.DigestOf([]byte(name)), ScriptDigest: specs.DigestOf(w.script), Nonce: nonce, Deadline: now.Add(time.Minute), CreatedAt: now})
 	if err != nil {
 		return nil, err
 	}
-	sign := func(p, typ string, subjects []signing.Subject, pred any) (evidence.File, error) {
-		st, err := signing.NewStatement(typ, subjects, pred)
-		if err != nil {
-			return evidence.File{}, err
-		}
-		b, err := signing.SignStatement(st, key)
-		return evidence.File{Path: p, Data: b}, err
+	if _, err := w.store.Append(ctx, "intent", []evidence.File{in}); err != nil {
+		return nil, err
 	}
-	s := &Synthetic{Remote: remote, Policy: policy, Reconciler: key}
-	var prev *evidence.FileRef
-	for n, o := range objs {
-		if o.Kind != specs.KindRequest {
-			continue
-		}
-		run := o.Name
-		now := time.Now().UTC()
-		dir := evidence.RunDir("synthetic", run, now)
-		snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: "synthetic", Run: run, Name: "node-1", UID: fmt.Sprintf("uid-%d", n), BootID: "boot", Kernel: "6.1"}, "", "  ")
-		np := evidence.NodePath(dir, "node-1")
-		snapRef := evidence.FileRef{Path: np, Digest: specs.DigestOf(snap)}
-		snapSubj := []signing.Subject{signing.SubjectFor(np, snapRef.Digest)}
-		ap := evidence.ApprovalPath(dir, "approval.json")
-		adm := evidence.Admission{
-			Cluster: "synthetic", Run: run, AdmittedAt: now, SpecCommit: strings.Repeat("a", 40), SpecPath: ".",
-			TrustPolicyDigest: policy.Digest(),
-			Request:           evidence.ObjectRef{Kind: o.Kind, Name: o.Name, Digest: o.Digest}, RequestObject: *o.Request,
-			Profile: evidence.ObjectRef{Kind: prof.Kind, Name: prof.Name, Digest: prof.Digest}, ProfileObject: *prof.Profile,
-			Bundle:       evidence.BundleRecord{Path: "bundles/synthetic", Digest: specs.Digest(prof.Profile.Spec.Bundle.Digest), Files: []evidence.FileRef{{Path: "ok.sh", Digest: specs.DigestOf(script)}}},
-			Participants: []evidence.Participant{{Index: 0, Node: "node-1", UID: fmt.Sprintf("uid-%d", n), Snapshot: snapRef}},
-			Approvals:    []evidence.FileRef{{Path: ap, Digest: specs.DigestOf(approval)}},
-			RunDeadline:  now.Add(prof.Profile.RunDeadline()),
-		}
-		admF, err := sign(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, append([]signing.Subject{signing.SubjectFor(o.Ref(), o.Digest)}, snapSubj...), adm)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := store.Append(ctx, "admitted "+run, []evidence.File{{Path: np, Data: snap}, {Path: ap, Data: approval}, admF, evidence.IndexEntry("synthetic", run, now)}); err != nil {
-			return nil, err
-		}
-		s.Documents += 2
-		ev := evidence.RunEvidence{Run: run, Cluster: "synthetic", Admission: evidence.FileRef{Path: admF.Path, Digest: specs.DigestOf(admF.Data)}, Verdict: specs.VerdictPass, Covered: true,
-			Nodes: []evidence.NodeSummary{{Node: "node-1", Verdict: specs.VerdictPass}}}
-		for i, ck := range prof.Profile.Spec.Checks {
-			ip := evidence.CheckIntentPath(dir, i, ck.Name)
-			in, err := sign(ip, evidence.PredicateCheckIntent, snapSubj, evidence.CheckIntent{Run: run, Check: ck.Name, Index: i, Backend: "local", BackendNames: []string{"pid"},
-				RenderedDigest: specs.DigestOf([]byte(ck.Name)), ScriptDigest: specs.DigestOf(script), Nonce: fmt.Sprintf("%032x", i), Deadline: now.Add(time.Minute), CreatedAt: now})
-			if err != nil {
-				return nil, err
-			}
-			if _, err := store.Append(ctx, "intent", []evidence.File{in}); err != nil {
-				return nil, err
-			}
-			logData := []byte(strings.Repeat("measurement line of a check's output\n", 20))
-			lp := evidence.LogPath(dir, i, ck.Name, "node-1", "stdout")
-			code := 0
-			ce := evidence.CheckEvidence{Run: run, Check: ck.Name, Index: i, Intent: evidence.FileRef{Path: ip, Digest: specs.DigestOf(in.Data)}, Verdict: specs.VerdictPass, Covered: true,
-				Participants: []evidence.ParticipantOutcome{{Node: "node-1", Identity: evidence.Identity{Workload: "pid-1", Node: "node-1", NodeUID: fmt.Sprintf("uid-%d", n)}, Verdict: specs.VerdictPass,
-					ExitCode: &code, Result: &specs.Result{Run: run, Check: ck.Name, Nonce: fmt.Sprintf("%032x", i), Verdict: specs.VerdictPass, Summary: "ok", Measurements: map[string]json.RawMessage{"bandwidthGBs": json.RawMessage("812.5"), "errors": json.RawMessage("0")}},
-					Logs: []evidence.FileRef{{Path: lp, Digest: specs.DigestOf(logData)}}}},
-				StartedAt: now, EndedAt: now}
-			cf, err := sign(evidence.CheckPath(dir, i, ck.Name), evidence.PredicateCheck, snapSubj, ce)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := store.Append(ctx, "check", []evidence.File{{Path: lp, Data: logData}, cf}); err != nil {
-				return nil, err
-			}
-			ev.Checks = append(ev.Checks, evidence.CheckSummary{Index: i, Check: ck.Name, Verdict: specs.VerdictPass, Evidence: &evidence.FileRef{Path: cf.Path, Digest: specs.DigestOf(cf.Data)}})
-			s.Documents += 2
-		}
-		ev.EndedAt = now
-		evF, err := sign(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, snapSubj, ev)
-		if err != nil {
-			return nil, err
-		}
-		evCommit, err := store.Append(ctx, "evidence", []evidence.File{evF})
-		if err != nil {
-			return nil, err
-		}
-		s.Runs++
-		rc := evidence.Receipt{Cluster: "synthetic", Run: run, Sequence: int64(s.Runs), Previous: prev, Verdict: specs.VerdictPass,
-			Evidence: evidence.FileRef{Path: evF.Path, Digest: specs.DigestOf(evF.Data)}, EvidenceCommit: evCommit, Cleanup: "done",
-			Released: []string{"node-1"}, Retained: []string{}, At: now}
-		rcF, err := sign(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(evF.Path, rc.Evidence.Digest)}, rc)
-		if err != nil {
-			return nil, err
-		}
-		ref := evidence.FileRef{Path: rcF.Path, Digest: specs.DigestOf(rcF.Data)}
-		link, _ := json.Marshal(evidence.ChainLink{Run: run, Receipt: ref})
-		if _, err := store.Append(ctx, "receipt", []evidence.File{rcF, {Path: evidence.ChainPath("synthetic", rc.Sequence), Data: link}}); err != nil {
-			return nil, err
-		}
-		prev = &ref
-		s.Documents += 2
+	logF := evidence.File{Path: evidence.LogPath(dir, i, name, w.node, "stdout"), Data: []byte(strings.Repeat("measurement line of a check's output\n", 20))}
+	code := 0
+	ce := evidence.CheckEvidence{Run: run, Check: name, Index: i, Intent: ref(in), Verdict: specs.VerdictPass, Covered: true,
+		Participants: []evidence.ParticipantOutcome{{Node: w.node, Identity: evidence.Identity{Workload: "pid-1", Node: w.node, NodeUID: uid}, Verdict: specs.VerdictPass,
+			ExitCode: &code, Result: &specs.Result{Run: run, Check: name, Nonce: nonce, Verdict: specs.VerdictPass, Summary: "ok", Measurements: map[string]json.RawMessage{"bandwidthGBs": json.RawMessage("812.5"), "errors": json.RawMessage("0")}},
+			Logs: []evidence.FileRef{ref(logF)}}},
+		StartedAt: now, EndedAt: now}
+	cf, err := w.sign(evidence.CheckPath(dir, i, name), evidence.PredicateCheck, snapSubj, ce)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	if _, err := w.store.Append(ctx, "check", []evidence.File{logF, cf}); err != nil {
+		return nil, err
+	}
+	return &evidence.CheckDoc{File: ref(cf), Evidence: ce}, nil
+}
+
+// cancel writes an approved cancel of the run, with its approval copy.
+func (w *writer) cancel(ctx context.Context, dir string, req evidence.ObjectRef, run string, now time.Time) error {
+	subject := signing.SubjectName(specs.KindRequest, run, signing.ActionCancel)
+	approval, err := w.approve([]signing.Subject{signing.SubjectFor(subject, req.Digest)})
+	if err != nil {
+		return err
+	}
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, "cancel-approval.json"), Data: approval}
+	w.docs++
+	act := evidence.Action{Run: run, Action: signing.ActionCancel, Request: req, Approvals: []evidence.FileRef{ref(apF)}, Nodes: []string{w.node}, At: now}
+	f, err := w.sign(path.Join(dir, evidence.CancelFile), evidence.PredicateCancel, []signing.Subject{signing.SubjectFor(subject, req.Digest)}, act)
+	if err != nil {
+		return err
+	}
+	_, err = w.store.Append(ctx, "cancel", []evidence.File{apF, f})
+	return err
 }

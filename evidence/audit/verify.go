@@ -1,10 +1,9 @@
-package evidence
+package audit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"runtime"
 	"sort"
 	"strings"
@@ -14,8 +13,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/signing"
-	"signet.dev/signet/specs"
 )
 
 // ErrRunNotFound means the run-ID index of the branch has no such run.
@@ -28,7 +27,7 @@ var ErrAmbiguousRun = errors.New("evidence: run ID used in several clusters")
 // VerifyOptions says which run to verify.
 type VerifyOptions struct {
 	Repo   string
-	Auth   Auth
+	Auth   evidence.Auth
 	Branch string
 	// Cluster is the run's cluster; when empty, every cluster of the
 	// index is looked at and the run ID must be unique among them.
@@ -39,24 +38,24 @@ type VerifyOptions struct {
 	Grace   time.Duration
 }
 
-// Verify checks one run the way Audit checks every run: it finds the run
+// Verify checks one run the way Branch checks every run: it finds the run
 // through the ids/ index (never by scanning dates), replays only the
 // history of the run's directory since its admission (commit signatures
 // included), verifies every document and binding, the run's lifecycle,
 // its approvals and its receipt's links into the cluster's chain. Forks
 // and gaps elsewhere in the chain, and documents copied byte for byte
-// from other runs, need the whole branch: Audit finds those. Findings are
+// from other runs, need the whole branch: Branch finds those. Findings are
 // in the report; an error means the run or branch could not be read
 // (ErrRunNotFound, ErrAmbiguousRun, ErrNoBranch, I/O).
 func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 	if opts.Policy == nil {
-		return nil, errors.New("evidence: VerifyOptions.Policy is required")
+		return nil, errors.New("evidence: audit.VerifyOptions.Policy is required")
 	}
 	if opts.Run == "" {
-		return nil, errors.New("evidence: VerifyOptions.Run is required")
+		return nil, errors.New("evidence: audit.VerifyOptions.Run is required")
 	}
 	if opts.Branch == "" {
-		opts.Branch = DefaultBranch
+		opts.Branch = evidence.DefaultBranch
 	}
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
@@ -77,16 +76,16 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := newAuditor(rd, AuditOptions{Policy: opts.Policy, Now: opts.Now, Grace: opts.Grace, Workers: runtime.GOMAXPROCS(0)})
+	a := newAuditor(rd, rd.display, rd.branch, Options{Policy: opts.Policy, Now: opts.Now, Grace: opts.Grace, Workers: runtime.GOMAXPROCS(0)})
 	a.bindings = true
-	data, err := readRaw(rd.objs, plumbing.BlobObject, idx.Hash)
+	data, err := readRaw(rd, plumbing.BlobObject, idx.Hash)
 	if err != nil {
 		return nil, err
 	}
-	ip := IndexPath(cluster, opts.Run)
-	dir, ok := IndexTarget(cluster, opts.Run, data)
+	ip := evidence.IndexPath(cluster, opts.Run)
+	dir, ok := evidence.IndexTarget(cluster, opts.Run, data)
 	if !ok {
-		rep := &RunReport{Cluster: cluster, Run: opts.Run, Phase: PhaseUnknown}
+		rep := &RunReport{Cluster: cluster, Run: opts.Run, Phase: evidence.PhaseUnknown}
 		rep.Findings = []Finding{{Rule: RuleIndex, Cluster: cluster, Run: opts.Run, Path: ip, Message: fmt.Sprintf("content %q is not the directory of run %s of cluster %s", data, opts.Run, cluster)}}
 		return rep, nil
 	}
@@ -123,27 +122,18 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 	return &rep, nil
 }
 
-// rootTree returns the tip's root tree.
-func rootTree(rd *branchReader) (plumbing.Hash, error) {
-	c, err := object.GetCommit(rd.st, rd.tip)
-	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("evidence: could not read tip %s: %w", rd.tip, err)
-	}
-	return c.TreeHash, nil
-}
-
 // findIndex finds the index entry of run, in cluster or, when cluster is
 // empty, in whichever cluster holds it.
-func findIndex(rd *branchReader, root plumbing.Hash, cluster, run string) (string, *object.TreeEntry, error) {
+func findIndex(rd *openedBranch, root plumbing.Hash, cluster, run string) (string, *object.TreeEntry, error) {
 	clusters := []string{cluster}
 	if cluster == "" {
 		clusters = nil
-		ids, err := lookupTree(rd.objs, root, "ids")
+		ids, err := lookupTree(rd, root, "ids")
 		if err != nil {
 			return "", nil, err
 		}
 		if !ids.IsZero() {
-			entries, err := readTree(rd.objs, ids)
+			entries, err := readTree(rd, ids)
 			if err != nil {
 				return "", nil, fmt.Errorf("evidence: could not read ids/: %w", err)
 			}
@@ -157,7 +147,7 @@ func findIndex(rd *branchReader, root plumbing.Hash, cluster, run string) (strin
 	var found []string
 	var entry *object.TreeEntry
 	for _, c := range clusters {
-		e, err := lookupEntry(rd.objs, root, IndexPath(c, run))
+		e, err := lookupEntry(rd, root, evidence.IndexPath(c, run))
 		if err != nil {
 			return "", nil, err
 		}
@@ -178,62 +168,3 @@ func findIndex(rd *branchReader, root plumbing.Hash, cluster, run string) (strin
 	sort.Strings(found)
 	return "", nil, fmt.Errorf("%w: run %q is in clusters %s: name one", ErrAmbiguousRun, run, strings.Join(found, ", "))
 }
-
-// verifyChainLinks checks a receipt's own link and its link to the
-// previous receipt, reading only those files at the tip.
-func (a *auditor) verifyChainLinks(r *runAudit, root plumbing.Hash) {
-	rc := r.receipt
-	rp := path.Join(r.dir, ReceiptFile)
-	fail := func(p, msg string) {
-		a.add(Finding{Rule: RuleReceiptChain, Cluster: r.cluster, Run: r.id, Path: p, Message: msg})
-	}
-	readLink := func(seq int64) (*ChainLink, string) {
-		p := ChainPath(r.cluster, seq)
-		e, err := lookupEntry(a.rd.objs, root, p)
-		if err != nil || e == nil {
-			fail(p, fmt.Sprintf("no link for sequence %d of cluster %s", seq, r.cluster))
-			return nil, p
-		}
-		b, err := readRaw(a.rd.objs, plumbing.BlobObject, e.Hash)
-		if err != nil {
-			fail(p, err.Error())
-			return nil, p
-		}
-		var l ChainLink
-		if err := signing.StrictUnmarshal(b, &l); err != nil {
-			fail(p, "link does not decode: "+err.Error())
-			return nil, p
-		}
-		return &l, p
-	}
-	if rc.Sequence < 1 {
-		fail(rp, fmt.Sprintf("sequence %d: sequences start at 1", rc.Sequence))
-		return
-	}
-	if l, p := readLink(rc.Sequence); l != nil && (l.Run != r.id || l.Receipt.Path != rp || l.Receipt.Digest != r.rcFile.digest) {
-		fail(p, fmt.Sprintf("sequence %d links run %s %s %s, not this receipt (%s): a fork or a replaced receipt", rc.Sequence, l.Run, l.Receipt.Path, l.Receipt.Digest, r.rcFile.digest))
-	}
-	switch {
-	case rc.Sequence == 1 && rc.Previous != nil:
-		fail(rp, "the first receipt of the chain names a previous receipt")
-	case rc.Sequence > 1 && rc.Previous == nil:
-		fail(rp, fmt.Sprintf("sequence %d without the previous receipt's digest", rc.Sequence))
-	case rc.Sequence > 1:
-		l, _ := readLink(rc.Sequence - 1)
-		if l == nil {
-			return
-		}
-		e, err := lookupEntry(a.rd.objs, root, l.Receipt.Path)
-		var d string
-		if err == nil && e != nil {
-			if b, err := readRaw(a.rd.objs, plumbing.BlobObject, e.Hash); err == nil {
-				d = string(digestOf(b))
-			}
-		}
-		if rc.Previous.Path != l.Receipt.Path || string(rc.Previous.Digest) != d || l.Receipt.Digest != rc.Previous.Digest {
-			fail(rp, fmt.Sprintf("previous is %s %s, but sequence %d is %s (%s)", rc.Previous.Path, rc.Previous.Digest, rc.Sequence-1, l.Receipt.Path, d))
-		}
-	}
-}
-
-func digestOf(b []byte) specs.Digest { return specs.DigestOf(b) }

@@ -1,4 +1,4 @@
-package evidence
+package audit
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -18,7 +18,7 @@ import (
 // StatusOptions says which branch (and cluster) to summarize.
 type StatusOptions struct {
 	Repo   string
-	Auth   Auth
+	Auth   evidence.Auth
 	Branch string
 	// Cluster limits the status to one cluster; empty: every cluster.
 	Cluster string
@@ -26,7 +26,7 @@ type StatusOptions struct {
 
 // BranchStatus is what the tip of an evidence branch says about runs and
 // nodes. It is read, not proven: Status does not verify signatures or
-// history (Audit and Verify do).
+// history (Branch and Verify do).
 type BranchStatus struct {
 	Repo   string       `json:"repo"`
 	Branch string       `json:"branch"`
@@ -37,20 +37,20 @@ type BranchStatus struct {
 
 // RunStatus is one run as its documents on the tip describe it.
 type RunStatus struct {
-	Cluster         string        `json:"cluster"`
-	Run             string        `json:"run"`
-	Dir             string        `json:"dir"`
-	Phase           Phase         `json:"phase"`
-	Verdict         specs.Verdict `json:"verdict,omitempty"`
-	Canceled        bool          `json:"canceled,omitempty"`
-	Released        bool          `json:"released,omitempty"`
-	Profile         string        `json:"profile,omitempty"`
-	Nodes           []NodeReport  `json:"nodes"`
-	Checks          []CheckReport `json:"checks,omitempty"`
-	ReceiptSequence int64         `json:"receiptSequence,omitempty"`
-	AdmittedAt      time.Time     `json:"admittedAt,omitzero"`
-	Deadline        time.Time     `json:"runDeadline,omitzero"`
-	EndedAt         time.Time     `json:"endedAt,omitzero"`
+	Cluster         string         `json:"cluster"`
+	Run             string         `json:"run"`
+	Dir             string         `json:"dir"`
+	Phase           evidence.Phase `json:"phase"`
+	Verdict         specs.Verdict  `json:"verdict,omitempty"`
+	Canceled        bool           `json:"canceled,omitempty"`
+	Released        bool           `json:"released,omitempty"`
+	Profile         string         `json:"profile,omitempty"`
+	Nodes           []NodeReport   `json:"nodes"`
+	Checks          []CheckReport  `json:"checks,omitempty"`
+	ReceiptSequence int64          `json:"receiptSequence,omitempty"`
+	AdmittedAt      time.Time      `json:"admittedAt,omitzero"`
+	Deadline        time.Time      `json:"runDeadline,omitzero"`
+	EndedAt         time.Time      `json:"endedAt,omitzero"`
 	// Problem says why a document could not be read, when one could not.
 	Problem string `json:"problem,omitempty"`
 }
@@ -71,7 +71,7 @@ type NodeStatus struct {
 // verifying their signatures.
 func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
 	if opts.Branch == "" {
-		opts.Branch = DefaultBranch
+		opts.Branch = evidence.DefaultBranch
 	}
 	rd, err := openBranch(ctx, opts.Repo, opts.Auth, opts.Branch)
 	if err != nil {
@@ -91,11 +91,11 @@ func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		rp, ok := ParsePath(e.path)
-		if !ok || rp.Kind != KindIndex || (opts.Cluster != "" && rp.Cluster != opts.Cluster) {
+		rp, ok := evidence.ParsePath(e.path)
+		if !ok || rp.Kind != evidence.KindIndex || (opts.Cluster != "" && rp.Cluster != opts.Cluster) {
 			continue
 		}
-		data, err := readRaw(rd.objs, plumbing.BlobObject, e.hash)
+		data, err := readRaw(rd, plumbing.BlobObject, e.hash)
 		if err != nil {
 			return nil, err
 		}
@@ -132,53 +132,22 @@ func Status(ctx context.Context, opts StatusOptions) (*BranchStatus, error) {
 	return st, nil
 }
 
-type treeFile struct {
-	path string
-	hash plumbing.Hash
-}
-
-// walkFiles lists the files under dir of root (none when absent).
-func walkFiles(rd *branchReader, root plumbing.Hash, dir string) ([]treeFile, error) {
-	h, err := lookupTree(rd.objs, root, dir)
-	if err != nil || h.IsZero() {
-		return nil, err
-	}
-	entries, err := readTree(rd.objs, h)
-	if err != nil {
-		return nil, fmt.Errorf("evidence: could not read %s: %w", dir, err)
-	}
-	var out []treeFile
-	for _, e := range entries {
-		p := path.Join(dir, e.Name)
-		if e.Mode == filemode.Dir {
-			sub, err := walkFiles(rd, root, p)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, sub...)
-			continue
-		}
-		out = append(out, treeFile{p, e.Hash})
-	}
-	return out, nil
-}
-
 // readRunStatus reads the documents of one run directory at the tip.
-func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir string) (rs RunStatus) {
-	rs = RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: PhaseUnknown, Nodes: []NodeReport{}}
-	var present []FileKind
-	defer func() { rs.Phase = PhaseOf(present...) }()
-	dirHash, err := lookupTree(rd.objs, root, dir)
+func readRunStatus(rd BranchReader, root plumbing.Hash, cluster, run, dir string) (rs RunStatus) {
+	rs = RunStatus{Cluster: cluster, Run: run, Dir: dir, Phase: evidence.PhaseUnknown, Nodes: []NodeReport{}}
+	var present []evidence.FileKind
+	defer func() { rs.Phase = evidence.PhaseOf(present...) }()
+	dirHash, err := lookupTree(rd, root, dir)
 	if err != nil || dirHash.IsZero() {
 		rs.Problem = fmt.Sprintf("the index points at %s, which is not on the branch", dir)
 		return rs
 	}
 	read := func(rel, predicate string, v any) bool {
-		e, err := lookupEntry(rd.objs, dirHash, rel)
+		e, err := lookupEntry(rd, dirHash, rel)
 		if err != nil || e == nil {
 			return false
 		}
-		b, err := readRaw(rd.objs, plumbing.BlobObject, e.Hash)
+		b, err := readRaw(rd, plumbing.BlobObject, e.Hash)
 		if err == nil {
 			var env *signing.Envelope
 			var st *signing.Statement
@@ -197,36 +166,36 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 		}
 		return err == nil
 	}
-	var adm Admission
-	if !read(AdmissionFile, PredicateAdmission, &adm) {
+	var adm evidence.Admission
+	if !read(evidence.AdmissionFile, evidence.PredicateAdmission, &adm) {
 		return rs
 	}
-	present = append(present, KindAdmission)
+	present = append(present, evidence.KindAdmission)
 	rs.Profile, rs.AdmittedAt, rs.Deadline = adm.Profile.Name, adm.AdmittedAt, adm.RunDeadline
 	for _, p := range adm.Participants {
 		rs.Nodes = append(rs.Nodes, NodeReport{Node: p.Node, UID: p.UID})
 	}
 	for i, ck := range adm.ProfileObject.Spec.Checks {
 		cr := CheckReport{Index: i, Name: ck.Name}
-		var in CheckIntent
-		cr.Intent = read(strings.TrimPrefix(CheckIntentPath(dir, i, ck.Name), dir+"/"), PredicateCheckIntent, &in)
-		var ce CheckEvidence
-		if read(strings.TrimPrefix(CheckPath(dir, i, ck.Name), dir+"/"), PredicateCheck, &ce) {
+		var in evidence.CheckIntent
+		cr.Intent = read(strings.TrimPrefix(evidence.CheckIntentPath(dir, i, ck.Name), dir+"/"), evidence.PredicateCheckIntent, &in)
+		var ce evidence.CheckEvidence
+		if read(strings.TrimPrefix(evidence.CheckPath(dir, i, ck.Name), dir+"/"), evidence.PredicateCheck, &ce) {
 			cr.Evidence, cr.Verdict, cr.Reason = true, ce.Verdict, ce.Reason
 		}
 		if cr.Intent {
-			present = append(present, KindCheckIntent)
+			present = append(present, evidence.KindCheckIntent)
 		}
 		if cr.Evidence {
-			present = append(present, KindCheck)
+			present = append(present, evidence.KindCheck)
 		}
 		rs.Checks = append(rs.Checks, cr)
 	}
-	var act Action
-	rs.Canceled = read(CancelFile, PredicateCancel, &act)
-	var ev RunEvidence
-	if read(EvidenceFile, PredicateEvidence, &ev) {
-		present = append(present, KindEvidence)
+	var act evidence.Action
+	rs.Canceled = read(evidence.CancelFile, evidence.PredicateCancel, &act)
+	var ev evidence.RunEvidence
+	if read(evidence.EvidenceFile, evidence.PredicateEvidence, &ev) {
+		present = append(present, evidence.KindEvidence)
 		rs.Verdict, rs.EndedAt = ev.Verdict, ev.EndedAt
 		for _, n := range ev.Nodes {
 			for i := range rs.Nodes {
@@ -241,10 +210,10 @@ func readRunStatus(rd *branchReader, root plumbing.Hash, cluster, run, dir strin
 			}
 		}
 	}
-	rs.Released = read(ReleaseFile, PredicateRelease, &act)
-	var rc Receipt
-	if read(ReceiptFile, PredicateReceipt, &rc) {
-		present = append(present, KindReceipt)
+	rs.Released = read(evidence.ReleaseFile, evidence.PredicateRelease, &act)
+	var rc evidence.Receipt
+	if read(evidence.ReceiptFile, evidence.PredicateReceipt, &rc) {
+		present = append(present, evidence.KindReceipt)
 		rs.ReceiptSequence = rc.Sequence
 	}
 	return rs

@@ -1,4 +1,4 @@
-package evidence
+package audit
 
 // SetClosedRunBatch sets how many closed runs the audit checks at a time
 // and returns a function restoring the previous value.

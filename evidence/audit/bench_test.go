@@ -1,4 +1,4 @@
-package evidence_test
+package audit_test
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 )
@@ -137,7 +138,7 @@ func verifyAll(b *testing.B, sigs []*rawSig, workers int) {
 // against the raw signature-verification bound on the same keys, at the
 // same parallelism (GOMAXPROCS workers):
 //
-//   - audit: evidence.Audit of the whole branch (history walk, tree diffs,
+//   - audit: audit.Branch of the whole branch (history walk, tree diffs,
 //     blob reads, envelope and predicate parsing, every check of the
 //     audit, commit signatures included);
 //   - raw-verify: only the signature verifications of the same document
@@ -156,7 +157,7 @@ func BenchmarkAudit(b *testing.B) {
 	s, err := evidencetest.Synthesize(ctx, b.TempDir(), benchRuns, benchChecks, key, approver)
 	require.NoError(b, err)
 	workers := runtime.GOMAXPROCS(0)
-	rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: s.Remote, Policy: s.Policy})
+	rep, err := audit.Branch(ctx, audit.Options{Repo: s.Remote, Policy: s.Policy})
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
 	require.Equal(b, s.Documents, rep.Documents)
@@ -180,7 +181,7 @@ func BenchmarkAudit(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			start, cpu0 := time.Now(), cpuTime()
 			for b.Loop() {
-				if _, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: tc.repo, Policy: s.Policy, Workers: workers}); err != nil {
+				if _, err := audit.Branch(ctx, audit.Options{Repo: tc.repo, Policy: s.Policy, Workers: workers}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package evidence
+package audit
 
 import (
 	"context"
@@ -17,12 +17,14 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"signet.dev/signet/evidence"
 )
 
 // fetchBranch fetches ref of the remote rawURL into a temporary bare
 // repository, removed by the reader's close. Credentials (in the URL or
 // in auth) never appear in its errors.
-func fetchBranch(ctx context.Context, rawURL string, auth Auth, ref plumbing.ReferenceName) (*branchReader, error) {
+func fetchBranch(ctx context.Context, rawURL string, auth evidence.Auth, ref plumbing.ReferenceName) (*openedBranch, error) {
 	display, secrets := redact(rawURL)
 	secrets = append(secrets, auth.Secrets()...)
 	scrub := func(err error) error {
@@ -96,7 +98,7 @@ func fetchBranch(ctx context.Context, rawURL string, auth Auth, ref plumbing.Ref
 		cleanup()
 		return nil, fmt.Errorf("%w: %s has no branch %s", ErrNoBranch, display, ref.Short())
 	}
-	return &branchReader{st: st, display: display, branch: ref.Short(), tip: rf.Hash(), repo: r, cleanup: cleanup,
+	return &openedBranch{st: st, display: display, branch: ref.Short(), tip: rf.Hash(), repo: r, cleanup: cleanup,
 		objs: sourceFor(dir, st)}, nil
 }
 

@@ -1,4 +1,4 @@
-package evidence_test
+package audit_test
 
 import (
 	"path"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 )
 
@@ -37,14 +38,14 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			p := path.Join(path.Dir(adm), "nodes", "extra.json")
 			_, err = c.Append(map[string][]byte{p: []byte(`{"node":"extra"}`)})
 			require.NoError(t, err)
-			return evidence.RuleLayout, p
+			return audit.RuleLayout, p
 		}},
 		{"document of a finished run deleted", func(t *testing.T, c *evidencetest.Copy) (string, string) {
 			p, err := c.Find("/run-a/checks/00-first.json")
 			require.NoError(t, err)
 			_, err = c.Append(map[string][]byte{p: nil})
 			require.NoError(t, err)
-			return evidence.RuleAppendOnly, p
+			return audit.RuleAppendOnly, p
 		}},
 		{"document of a finished run replaced", func(t *testing.T, c *evidencetest.Copy) (string, string) {
 			p, err := c.Find("/run-b/checks/00-first.json")
@@ -53,7 +54,7 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			require.NoError(t, err)
 			_, err = c.Append(map[string][]byte{p: read(c, other)})
 			require.NoError(t, err)
-			return evidence.RuleAppendOnly, p
+			return audit.RuleAppendOnly, p
 		}},
 		{"cancel added after the receipt", func(t *testing.T, c *evidencetest.Copy) (string, string) {
 			adm, err := c.Find("/run-a/" + evidence.AdmissionFile)
@@ -63,29 +64,29 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			p := path.Join(path.Dir(adm), evidence.CancelFile)
 			_, err = c.Append(map[string][]byte{p: read(c, ev)})
 			require.NoError(t, err)
-			return evidence.RulePredicate, p
+			return audit.RulePredicate, p
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
 			require.NoError(t, err)
 			rule, p := tc.tamper(t, c)
-			audit := func(batch int) *evidence.AuditReport {
-				defer evidence.SetClosedRunBatch(batch)()
-				rep, err := evidence.Audit(t.Context(), evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy})
+			auditBatched := func(batch int) *audit.Report {
+				defer audit.SetClosedRunBatch(batch)()
+				rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: f.Policy})
 				require.NoError(t, err)
 				return rep
 			}
-			whole := audit(1 << 30)
+			whole := auditBatched(1 << 30)
 			if rule == "" {
 				assert.Empty(t, whole.Findings)
 			} else {
-				assert.True(t, slices.ContainsFunc(whole.Findings, func(f evidence.Finding) bool { return f.Rule == rule && f.Path == p }),
+				assert.True(t, slices.ContainsFunc(whole.Findings, func(f audit.Finding) bool { return f.Rule == rule && f.Path == p }),
 					"want %s %s in %v", rule, p, whole.Findings)
 			}
 			require.Len(t, whole.Runs, 3)
 			for _, batch := range []int{1, 2} {
-				assert.Equal(t, whole, audit(batch), "closed runs checked %d at a time", batch)
+				assert.Equal(t, whole, auditBatched(batch), "closed runs checked %d at a time", batch)
 			}
 		})
 	}

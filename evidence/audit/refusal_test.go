@@ -1,4 +1,4 @@
-package evidence
+package audit
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -30,7 +31,7 @@ func TestRefusalRules(t *testing.T) {
 	})
 	require.NoError(t, err)
 	sign := func(k *signing.PrivateKey, name string) []byte {
-		st, err := signing.NewStatement(PredicateCheck, []signing.Subject{signing.SubjectFor(name, specs.DigestOf([]byte(name)))}, map[string]any{})
+		st, err := signing.NewStatement(evidence.PredicateCheck, []signing.Subject{signing.SubjectFor(name, specs.DigestOf([]byte(name)))}, map[string]any{})
 		require.NoError(t, err)
 		b, err := signing.SignStatement(st, k)
 		require.NoError(t, err)

@@ -1,4 +1,4 @@
-package evidence_test
+package audit_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -35,8 +36,8 @@ func moduleRoot(t testing.TB) string {
 	}
 }
 
-func findings(rep *evidence.AuditReport, rule string) []evidence.Finding {
-	var out []evidence.Finding
+func findings(rep *audit.Report, rule string) []audit.Finding {
+	var out []audit.Finding
 	for _, f := range rep.Findings {
 		if f.Rule == rule {
 			out = append(out, f)
@@ -55,7 +56,7 @@ func TestAuditBranch(t *testing.T) {
 	tip := evidencetest.Branch
 
 	t.Run("clean", func(t *testing.T) {
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: f.Repo, Policy: f.Policy})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: f.Repo, Policy: f.Policy})
 		require.NoError(t, err)
 		assert.Empty(t, rep.Findings)
 		require.Len(t, rep.Runs, 2)
@@ -77,7 +78,7 @@ func TestAuditBranch(t *testing.T) {
 	})
 
 	t.Run("remote URL", func(t *testing.T) {
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + f.Repo, Policy: f.Policy})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: "file://" + f.Repo, Policy: f.Policy})
 		require.NoError(t, err)
 		assert.Empty(t, rep.Findings)
 		assert.Len(t, rep.Runs, 2)
@@ -93,15 +94,15 @@ func TestAuditBranch(t *testing.T) {
 		// Force the branch back one commit: the pinned tip is gone.
 		_, err = c.Git("update-ref", "refs/heads/"+tip, commits[len(commits)-2])
 		require.NoError(t, err)
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + c.Dir, Policy: f.Policy, Since: pinned})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: "file://" + c.Dir, Policy: f.Policy, Since: pinned})
 		require.NoError(t, err)
-		got := findings(rep, evidence.RuleHistoryRewritten)
+		got := findings(rep, audit.RuleHistoryRewritten)
 		require.Len(t, got, 1, "%v", rep.Findings)
 		assert.Equal(t, pinned, got[0].Commit)
 		// Pinned at an ancestor, the same branch is fine.
-		rep, err = evidence.Audit(ctx, evidence.AuditOptions{Repo: "file://" + c.Dir, Policy: f.Policy, Since: commits[1]})
+		rep, err = audit.Branch(ctx, audit.Options{Repo: "file://" + c.Dir, Policy: f.Policy, Since: commits[1]})
 		require.NoError(t, err)
-		assert.Empty(t, findings(rep, evidence.RuleHistoryRewritten))
+		assert.Empty(t, findings(rep, audit.RuleHistoryRewritten))
 	})
 
 	t.Run("git fsck --strict", func(t *testing.T) {
@@ -187,7 +188,7 @@ func TestAuditBranch(t *testing.T) {
 
 	t.Run("verify", func(t *testing.T) {
 		for _, run := range f.Runs {
-			rep, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: run, Policy: f.Policy})
+			rep, err := audit.Verify(ctx, audit.VerifyOptions{Repo: f.Repo, Run: run, Policy: f.Policy})
 			require.NoError(t, err)
 			assert.Empty(t, rep.Findings)
 			assert.Equal(t, specs.VerdictPass, rep.Verdict)
@@ -199,10 +200,10 @@ func TestAuditBranch(t *testing.T) {
 			require.Len(t, rep.Nodes, 1)
 			assert.Equal(t, specs.VerdictPass, rep.Nodes[0].Verdict)
 		}
-		_, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: "no-such-run", Policy: f.Policy})
-		assert.ErrorIs(t, err, evidence.ErrRunNotFound)
-		_, err = evidence.Verify(ctx, evidence.VerifyOptions{Repo: f.Repo, Run: "run-a", Cluster: "elsewhere", Policy: f.Policy})
-		assert.ErrorIs(t, err, evidence.ErrRunNotFound)
+		_, err := audit.Verify(ctx, audit.VerifyOptions{Repo: f.Repo, Run: "no-such-run", Policy: f.Policy})
+		assert.ErrorIs(t, err, audit.ErrRunNotFound)
+		_, err = audit.Verify(ctx, audit.VerifyOptions{Repo: f.Repo, Run: "run-a", Cluster: "elsewhere", Policy: f.Policy})
+		assert.ErrorIs(t, err, audit.ErrRunNotFound)
 	})
 
 	t.Run("verify finds a forged signature in the run", func(t *testing.T) {
@@ -218,18 +219,18 @@ func TestAuditBranch(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.Rewrite(at, map[string][]byte{p: forged})
 		require.NoError(t, err)
-		rep, err := evidence.Verify(ctx, evidence.VerifyOptions{Repo: c.Dir, Run: "run-b", Policy: f.Policy})
+		rep, err := audit.Verify(ctx, audit.VerifyOptions{Repo: c.Dir, Run: "run-b", Policy: f.Policy})
 		require.NoError(t, err)
-		assert.Contains(t, rep.Findings, evidence.Finding{Rule: evidence.RuleSignature, Cluster: evidencetest.Cluster, Run: "run-b", Path: p,
+		assert.Contains(t, rep.Findings, audit.Finding{Rule: audit.RuleSignature, Cluster: evidencetest.Cluster, Run: "run-b", Path: p,
 			Commit: rep.Findings[slicesIndex(rep.Findings, p)].Commit, Message: "no signature verifies with an evidence signer of the trust policy (forged or corrupted)"})
 		// The other run is untouched.
-		rep, err = evidence.Verify(ctx, evidence.VerifyOptions{Repo: c.Dir, Run: "run-a", Policy: f.Policy})
+		rep, err = audit.Verify(ctx, audit.VerifyOptions{Repo: c.Dir, Run: "run-a", Policy: f.Policy})
 		require.NoError(t, err)
 		assert.Empty(t, rep.Findings)
 	})
 
 	t.Run("status", func(t *testing.T) {
-		st, err := evidence.Status(ctx, evidence.StatusOptions{Repo: f.Repo})
+		st, err := audit.Status(ctx, audit.StatusOptions{Repo: f.Repo})
 		require.NoError(t, err)
 		require.Len(t, st.Runs, 2)
 		for i, r := range st.Runs {
@@ -242,7 +243,7 @@ func TestAuditBranch(t *testing.T) {
 		require.Len(t, st.Nodes, 1)
 		assert.Equal(t, "run-b", st.Nodes[0].Run, "the latest run gives the node's verdict")
 		assert.Equal(t, specs.VerdictPass, st.Nodes[0].Verdict)
-		st, err = evidence.Status(ctx, evidence.StatusOptions{Repo: f.Repo, Cluster: "elsewhere"})
+		st, err = audit.Status(ctx, audit.StatusOptions{Repo: f.Repo, Cluster: "elsewhere"})
 		require.NoError(t, err)
 		assert.Empty(t, st.Runs)
 	})
@@ -257,12 +258,12 @@ func TestAuditBranch(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.Rewrite(at, map[string][]byte{p: nil, evidence.ChainPath(evidencetest.Cluster, 2): nil})
 		require.NoError(t, err)
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: f.Policy})
 		require.NoError(t, err)
 		assert.Empty(t, rep.Findings, "inside its deadline a run without a receipt is in progress")
-		rep, err = evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy, Now: time.Now().Add(24 * time.Hour)})
+		rep, err = audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: f.Policy, Now: time.Now().Add(24 * time.Hour)})
 		require.NoError(t, err)
-		got := findings(rep, evidence.RuleIncompleteRun)
+		got := findings(rep, audit.RuleIncompleteRun)
 		require.Len(t, got, 1, "%v", rep.Findings)
 		assert.Equal(t, "run-b", got[0].Run)
 		assert.Equal(t, evidence.PhaseEvidence, rep.Runs[1].Phase)
@@ -279,9 +280,9 @@ func TestAuditBranch(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.Rewrite(at, map[string][]byte{p: nil})
 		require.NoError(t, err)
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: c.Dir, Policy: f.Policy})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: f.Policy})
 		require.NoError(t, err)
-		got := findings(rep, evidence.RuleLifecycleOrder)
+		got := findings(rep, audit.RuleLifecycleOrder)
 		require.NotEmpty(t, got, "%v", rep.Findings)
 		assert.Equal(t, "run-a", got[0].Run)
 		assert.True(t, strings.HasSuffix(got[0].Path, "checks/01-second.intent.json"), got[0].Path)
@@ -298,18 +299,39 @@ func TestAuditBranch(t *testing.T) {
 			EvidenceSigners: []string{f.Reconciler.KeyID()},
 		})
 		require.NoError(t, err)
-		rep, err := evidence.Audit(ctx, evidence.AuditOptions{Repo: f.Repo, Policy: p})
+		rep, err := audit.Branch(ctx, audit.Options{Repo: f.Repo, Policy: p})
 		require.NoError(t, err)
-		assert.NotEmpty(t, findings(rep, evidence.RuleUntrustedSigner))
-		assert.NotEmpty(t, findings(rep, evidence.RuleCommitSignature))
+		assert.NotEmpty(t, findings(rep, audit.RuleUntrustedSigner))
+		assert.NotEmpty(t, findings(rep, audit.RuleCommitSignature))
 	})
 }
 
-func slicesIndex(fs []evidence.Finding, p string) int {
+func slicesIndex(fs []audit.Finding, p string) int {
 	for i, f := range fs {
-		if f.Path == p && f.Rule == evidence.RuleSignature {
+		if f.Path == p && f.Rule == audit.RuleSignature {
 			return i
 		}
 	}
 	return 0
+}
+
+// TestAuditCanceledRun: a run canceled after its first check, with the
+// cancel approved and copied into the run, audits clean: the run evidence
+// is Summarize's for a cancel (the second check skipped), the node retained.
+func TestAuditCanceledRun(t *testing.T) {
+	f, err := evidencetest.BuildRuns(t.Context(), t.TempDir(), evidencetest.Run{Name: "run-a"}, evidencetest.Run{Name: "run-b", Canceled: true})
+	require.NoError(t, err)
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: f.Repo, Policy: f.Policy})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Findings)
+	require.Len(t, rep.Runs, 2)
+	r := rep.Runs[1]
+	assert.Equal(t, "run-b", r.Run)
+	assert.True(t, r.Canceled)
+	assert.Equal(t, specs.VerdictCanceled, r.Verdict)
+	assert.Equal(t, evidence.PhaseDone, r.Phase)
+	require.Len(t, r.Checks, 2)
+	assert.False(t, r.Checks[0].Skipped)
+	assert.True(t, r.Checks[1].Skipped)
+	assert.Equal(t, int64(2), r.ReceiptSequence)
 }

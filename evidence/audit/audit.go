@@ -1,0 +1,313 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// DefaultGrace is how long after its run deadline an admitted run may go
+// without a receipt before the audit flags it, when Options.Grace is
+// zero: enough for a reconciler restart to finish it.
+const DefaultGrace = 15 * time.Minute
+
+// Options says what to audit.
+type Options struct {
+	// Repo is a local Git repository (bare or not), or a remote URL
+	// (file://, http(s)://, ssh://) fetched into a temporary bare
+	// repository first.
+	Repo string
+	// Auth is used for a remote Repo.
+	Auth evidence.Auth
+	// Branch is the evidence branch, DefaultBranch when empty.
+	Branch string
+	// Policy is the trust policy the signatures are checked against.
+	// Required.
+	Policy *signing.TrustPolicy
+	// Since pins a commit (hash or revision) that the branch must descend
+	// from; a branch that does not is reported as history-rewritten.
+	Since string
+	// Now is the audit's time (time.Now when zero): runs admitted without
+	// a receipt past their deadline plus Grace at Now are flagged.
+	Now time.Time
+	// Grace is DefaultGrace when zero.
+	Grace time.Duration
+	// Workers verifies signatures on this many goroutines;
+	// runtime.GOMAXPROCS(0) when zero.
+	Workers int
+}
+
+// Branch audits the evidence branch of opts.Repo, reading objects only
+// (never a worktree), and proves what DESIGN §6 says it must: append-only
+// first-parent history with commits signed by evidence signers, every
+// document signed by a key allowed to sign evidence and valid when it was
+// committed, every digest binding, lifecycle order and completeness per
+// run, approvals behind admissions, cancels and releases, the receipt
+// chain of every cluster, the run-ID index, and (with Since) that the
+// branch was not rewritten. Problems with the evidence are Findings in
+// the report; an error means the branch could not be read at all (a
+// missing repository or branch, an unreadable object, a failed fetch).
+func Branch(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Policy == nil {
+		return nil, errors.New("evidence: audit.Options.Policy is required")
+	}
+	if opts.Branch == "" {
+		opts.Branch = evidence.DefaultBranch
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	rd, err := openBranch(ctx, opts.Repo, opts.Auth, opts.Branch)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.close()
+	a := newAuditor(rd, rd.display, rd.branch, opts)
+	a.stream = true
+	if err := a.walk(ctx); err != nil {
+		return nil, err
+	}
+	a.checkSince()
+	a.checkAll()
+	return a.report(), nil
+}
+
+// commitInfo is one commit of the first-parent history, oldest first.
+type commitInfo struct {
+	hash   plumbing.Hash
+	tree   plumbing.Hash
+	when   time.Time
+	index  int
+	sigErr *sigResult
+}
+
+// fileRec is one version of a file added by a commit.
+type fileRec struct {
+	path   string
+	blob   plumbing.Hash
+	commit *commitInfo
+	// landed is the commit where the path first appeared: lifecycle
+	// order is judged by it, whatever later commits did to the file.
+	landed *commitInfo
+	digest specs.Digest
+	data   []byte // node snapshots, index entries and chain links only
+	doc    *docRec
+}
+
+// auditor holds one audit's state.
+type auditor struct {
+	rd BranchReader
+	// repo and branch name what rd reads, in the report.
+	repo, branch string
+	opts         Options
+	policy       *signing.TrustPolicy
+	commits      []*commitInfo
+	byHash       map[plumbing.Hash]*commitInfo
+	// files is the latest version of every path ever added; versions
+	// keeps every version of paths that changed.
+	files    map[string]*fileRec
+	versions map[string][]*fileRec
+	findings []Finding
+	docs     int
+	runs     []*runAudit
+	pool     *verifyPool
+	// Trees read for the current and the previous commit.
+	curTrees, prevTrees map[plumbing.Hash][]object.TreeEntry
+
+	// Whole-branch audits group run directories while replaying
+	// (runsByDir) and check a run once its receipt has landed, in
+	// batches of closedRunBatch (closed): its decoded documents are then
+	// dropped, so that memory grows with the runs still open rather than
+	// with the branch. A file added later to a checked run reopens it.
+	stream    bool
+	runsByDir map[string]*runAudit
+	closed    []*runAudit
+	// bindings: list every digest binding checked in the run reports
+	// (Verify, one run); a whole-branch audit reports only the ones that
+	// fail, as findings.
+	bindings bool
+}
+
+// closedRunBatch is how many runs with a receipt the replay lets
+// accumulate before it checks them and drops their decoded documents.
+var closedRunBatch = 256
+
+func newAuditor(rd BranchReader, repo, branch string, opts Options) *auditor {
+	return &auditor{rd: rd, repo: repo, branch: branch, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
+		files: map[string]*fileRec{}, versions: map[string][]*fileRec{},
+		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{},
+		runsByDir: map[string]*runAudit{}}
+}
+
+func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
+
+// walk reads the first-parent history from the root to the tip, checks
+// that each commit only adds files, and reads every added file once,
+// handing signed documents to the verification pool.
+func (a *auditor) walk(ctx context.Context) error {
+	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
+	defer a.pool.close()
+	if err := a.history(ctx, ""); err != nil {
+		return err
+	}
+	return a.replay(ctx, "")
+}
+
+// checkClosed checks the runs closed since the last batch, once their
+// documents are verified, and drops what only their own checks read.
+func (a *auditor) checkClosed() error {
+	if err := a.pool.wait(); err != nil {
+		return err
+	}
+	batch := a.closed
+	a.closed = nil
+	a.checkRuns(batch)
+	for _, r := range batch {
+		r.compact()
+	}
+	return nil
+}
+
+// checkAll runs every check that needs the whole branch read.
+func (a *auditor) checkAll() {
+	// Signature verdicts of every version of every signed document.
+	var paths []string
+	for p := range a.files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		vs := a.versions[p]
+		if len(vs) == 0 {
+			vs = []*fileRec{a.files[p]}
+		}
+		for _, f := range vs {
+			if f.doc != nil && f.doc.err != nil {
+				a.add(Finding{Rule: f.doc.rule, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: f.doc.err.Error()})
+			}
+		}
+	}
+	// The layout. Run directories were grouped during the replay
+	// (addToRun), and those with a receipt mostly checked already.
+	runs := a.runsByDir
+	for _, p := range paths {
+		top, _, _ := strings.Cut(p, "/")
+		switch top {
+		case "runs":
+			if rp, ok := evidence.ParsePath(p); !ok || !rp.InRun() {
+				a.add(Finding{Rule: RuleLayout, Path: p, Message: "not inside a run directory runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run>/"})
+			}
+		case "ids", "chain":
+		default:
+			a.add(Finding{Rule: RuleLayout, Path: p, Message: "outside the evidence layout (ids/, runs/, chain/)"})
+		}
+	}
+	// Run order is path order: a directory's files sort together.
+	for _, r := range runs {
+		a.runs = append(a.runs, r)
+	}
+	sort.Slice(a.runs, func(i, j int) bool { return a.runs[i].dir+"/" < a.runs[j].dir+"/" })
+	var open []*runAudit
+	for _, r := range a.runs {
+		if !r.checked {
+			open = append(open, r)
+		}
+	}
+	a.checkRuns(open)
+	for _, r := range a.runs {
+		a.findings = append(a.findings, r.findings...)
+		r.findings = nil
+	}
+	a.checkIndex(runs)
+	a.checkCopies()
+	a.checkChains()
+	for _, r := range a.runs {
+		r.finish()
+	}
+}
+
+// checkRuns checks runs independently, on as many goroutines as the
+// audit has workers.
+func (a *auditor) checkRuns(runs []*runAudit) {
+	next := make(chan *runAudit)
+	var wg sync.WaitGroup
+	for range min(max(1, a.opts.Workers), len(runs)) {
+		wg.Go(func() {
+			for r := range next {
+				r.check()
+				r.checked = true
+			}
+		})
+	}
+	for _, r := range runs {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+}
+
+// checkSince: the branch must descend from the pinned commit.
+func (a *auditor) checkSince() {
+	if a.opts.Since == "" {
+		return
+	}
+	var h plumbing.Hash
+	if len(a.opts.Since) == 40 && plumbing.IsHash(a.opts.Since) {
+		h = plumbing.NewHash(a.opts.Since)
+	} else if rh, ok := a.rd.Resolve(a.opts.Since); ok {
+		h = rh
+	} else {
+		a.add(Finding{Rule: RuleHistoryRewritten, Commit: a.opts.Since, Message: fmt.Sprintf("pinned revision %q is not in the repository: the branch was rewritten, or the pin is not a commit of it", a.opts.Since)})
+		return
+	}
+	if _, ok := a.byHash[h]; ok {
+		return
+	}
+	msg := fmt.Sprintf("branch %s at %s does not descend from the pinned commit %s: its history was rewritten", a.branch, shortHash(a.rd.Tip().String()), shortHash(h.String()))
+	if !a.rd.Has(h) {
+		msg += " (the pinned commit is not even in the repository any more)"
+	}
+	a.add(Finding{Rule: RuleHistoryRewritten, Commit: h.String(), Message: msg})
+}
+
+// report assembles the audit's report, findings sorted by run and path.
+func (a *auditor) report() *Report {
+	rep := &Report{Repo: a.repo, Branch: a.branch, Tip: a.rd.Tip().String(), Since: a.opts.Since,
+		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files), Documents: a.docs,
+		Runs: []RunReport{}, Findings: dedupe(a.findings)}
+	byRun := map[string][]Finding{}
+	for _, f := range rep.Findings {
+		if f.Run != "" {
+			byRun[f.Run] = append(byRun[f.Run], f)
+		}
+	}
+	for _, r := range a.runs {
+		r.report.Findings = byRun[r.id]
+		rep.Runs = append(rep.Runs, r.report)
+	}
+	sort.SliceStable(rep.Runs, func(i, j int) bool {
+		if !rep.Runs[i].AdmittedAt.Equal(rep.Runs[j].AdmittedAt) {
+			return rep.Runs[i].AdmittedAt.Before(rep.Runs[j].AdmittedAt)
+		}
+		return rep.Runs[i].Dir < rep.Runs[j].Dir
+	})
+	return rep
+}

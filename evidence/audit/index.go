@@ -1,0 +1,106 @@
+package audit
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"signet.dev/signet/evidence"
+)
+
+// checkIndex: every run has an index entry pointing at its directory, and
+// every index entry points at a run directory.
+func (a *auditor) checkIndex(runs map[string]*runAudit) {
+	byRun := map[string]*runAudit{}
+	for _, r := range runs {
+		if !r.admitted {
+			continue
+		}
+		key := r.cluster + "/" + r.id
+		if o := byRun[key]; o != nil {
+			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: r.dir, Message: fmt.Sprintf("run ID used twice in cluster %s: also %s", r.cluster, o.dir)})
+		}
+		byRun[key] = r
+	}
+	var paths []string
+	for p, f := range a.files {
+		if strings.HasPrefix(p, "ids/") && f.data != nil {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	pointed := map[string]bool{}
+	for _, p := range paths {
+		rp, ok := evidence.ParsePath(p)
+		f := a.files[p]
+		fail := func(msg string) {
+			a.add(Finding{Rule: RuleIndex, Run: rp.Run, Path: p, Commit: f.commit.hash.String(), Message: msg})
+		}
+		if !ok || rp.Kind != evidence.KindIndex {
+			fail("not ids/<cluster>/<xx>/<run>")
+			continue
+		}
+		cluster, run := rp.Cluster, rp.Run
+		if rp.Shard != evidence.Shard(run) {
+			fail(fmt.Sprintf("shard %s, but run %s belongs in shard %s", rp.Shard, run, evidence.Shard(run)))
+		}
+		dir := strings.TrimSuffix(string(f.data), "\n")
+		r := runs[dir]
+		switch {
+		case string(f.data) != dir+"\n" || strings.ContainsAny(dir, "\n\r"):
+			fail("content is not one run directory and a newline")
+		case r == nil || !r.admitted:
+			fail(fmt.Sprintf("points at %s, which is not an admitted run directory", dir))
+		case r.cluster != cluster || r.id != run:
+			fail(fmt.Sprintf("points at %s, the directory of run %s of cluster %s", dir, r.id, r.cluster))
+		default:
+			pointed[dir] = true
+			if f.landed.index > r.admFile.landed.index {
+				fail("index entry landed after the run's admission")
+			}
+		}
+	}
+	for _, r := range runs {
+		if r.admitted && !pointed[r.dir] {
+			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: evidence.IndexPath(r.cluster, r.id), Message: fmt.Sprintf("no index entry points at %s", r.dir)})
+		}
+	}
+}
+
+// checkCopies: no signed document of one run is byte for byte a document
+// of another run.
+func (a *auditor) checkCopies() {
+	first := map[plumbing.Hash]string{}
+	var paths []string
+	for p, f := range a.files {
+		if f.doc != nil && f.doc.kind == kindDocument {
+			paths = append(paths, p)
+		}
+	}
+	// Oldest first, so the copy is the one reported.
+	sort.Slice(paths, func(i, j int) bool {
+		fi, fj := a.files[paths[i]], a.files[paths[j]]
+		if fi.landed.index != fj.landed.index {
+			return fi.landed.index < fj.landed.index
+		}
+		return paths[i] < paths[j]
+	})
+	for _, p := range paths {
+		f := a.files[p]
+		if o, ok := first[f.blob]; ok && runDirOf(o) != runDirOf(p) {
+			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(),
+				Message: fmt.Sprintf("byte for byte the document %s of another run", o)})
+			continue
+		}
+		first[f.blob] = p
+	}
+}
+
+func runDirOf(p string) string {
+	if rp, ok := evidence.ParsePath(p); ok && rp.InRun() {
+		return rp.Dir()
+	}
+	return p
+}

@@ -1,8 +1,6 @@
 package evidence
 
 import (
-	"fmt"
-	"path"
 	"time"
 
 	"signet.dev/signet/specs"
@@ -20,37 +18,6 @@ const (
 	PredicateRelease     = "https://signet.dev/release/v1"
 	PredicateReceipt     = "https://signet.dev/receipt/v1"
 )
-
-// File names inside a run directory.
-const (
-	AdmissionFile = "admission.json"
-	EvidenceFile  = "evidence.json"
-	CancelFile    = "cancel.json"
-	ReleaseFile   = "release.json"
-	ReceiptFile   = "receipt.json"
-)
-
-// NodePath is the node snapshot file of node in runDir.
-func NodePath(runDir, node string) string { return path.Join(runDir, "nodes", node+".json") }
-
-// ApprovalPath is the copy of an approval relied on at admission (or by a
-// cancel or release) in runDir. Names are chosen by the caller and unique.
-func ApprovalPath(runDir, name string) string { return path.Join(runDir, "approvals", name) }
-
-// CheckIntentPath is the intent of check index (0-based) named name.
-func CheckIntentPath(runDir string, index int, name string) string {
-	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.intent.json", index, name))
-}
-
-// CheckPath is the check evidence of check index named name.
-func CheckPath(runDir string, index int, name string) string {
-	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.json", index, name))
-}
-
-// LogPath is the bounded log tail of one participant of one check.
-func LogPath(runDir string, index int, check, participant, stream string) string {
-	return path.Join(runDir, "logs", fmt.Sprintf("%02d-%s", index, check), participant+"."+stream+".log")
-}
 
 // FileRef binds a file of the run directory by its digest.
 type FileRef struct {
@@ -220,13 +187,6 @@ type Receipt struct {
 type NodeNote struct {
 	Node string `json:"node"`
 	Note string `json:"note"`
-}
-
-// ChainPath is the create-only link of receipt number seq in cluster's
-// receipt chain: chain/<cluster>/<seq/10000>/<seq>. Receipts are written
-// one at a time, so creating link seq+1 is what serializes two writers.
-func ChainPath(cluster string, seq int64) string {
-	return path.Join("chain", cluster, fmt.Sprintf("%08d", seq/10000), fmt.Sprintf("%012d", seq))
 }
 
 // ChainLink is the content of a ChainPath file.

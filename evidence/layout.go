@@ -46,6 +46,44 @@ func IndexDir(cluster string) string { return path.Join("ids", cluster) }
 // ChainDir is the directory of cluster's receipt chain: chain/<cluster>.
 func ChainDir(cluster string) string { return path.Join("chain", cluster) }
 
+// ChainPath is the create-only link of receipt number seq in cluster's
+// receipt chain: chain/<cluster>/<seq/10000>/<seq>. Receipts are written
+// one at a time, so creating link seq+1 is what serializes two writers.
+func ChainPath(cluster string, seq int64) string {
+	return path.Join("chain", cluster, fmt.Sprintf("%08d", seq/10000), fmt.Sprintf("%012d", seq))
+}
+
+// File names inside a run directory.
+const (
+	AdmissionFile = "admission.json"
+	EvidenceFile  = "evidence.json"
+	CancelFile    = "cancel.json"
+	ReleaseFile   = "release.json"
+	ReceiptFile   = "receipt.json"
+)
+
+// NodePath is the node snapshot file of node in runDir.
+func NodePath(runDir, node string) string { return path.Join(runDir, "nodes", node+".json") }
+
+// ApprovalPath is the copy of an approval relied on at admission (or by a
+// cancel or release) in runDir. Names are chosen by the caller and unique.
+func ApprovalPath(runDir, name string) string { return path.Join(runDir, "approvals", name) }
+
+// CheckIntentPath is the intent of check index (0-based) named name.
+func CheckIntentPath(runDir string, index int, name string) string {
+	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.intent.json", index, name))
+}
+
+// CheckPath is the check evidence of check index named name.
+func CheckPath(runDir string, index int, name string) string {
+	return path.Join(runDir, "checks", fmt.Sprintf("%02d-%s.json", index, name))
+}
+
+// LogPath is the bounded log tail of one participant of one check.
+func LogPath(runDir string, index int, check, participant, stream string) string {
+	return path.Join(runDir, "logs", fmt.Sprintf("%02d-%s", index, check), participant+"."+stream+".log")
+}
+
 // FileKind is what a path of the evidence layout names.
 type FileKind int
 

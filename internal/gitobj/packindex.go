@@ -87,22 +87,25 @@ func (x *packIndex) offset(i int) (int64, bool) {
 	return int64(binary.BigEndian.Uint64(x.large[at:])), true
 }
 
+// mapPack maps a pack and its index. The pack is opened first: writers
+// (gitobj's and go-git's) put the index in place before the pack, so an
+// index whose pack is missing (fs.ErrNotExist) may still be being written.
 func mapPack(idxPath, packPath string) (*mappedPack, error) {
-	ib, unmapIdx, err := mapFile(idxPath)
+	data, unmapPack, err := mapFile(packPath)
 	if err != nil {
 		return nil, err
 	}
-	idx, err := parsePackIndex(ib)
+	ib, unmapIdx, err := mapFile(idxPath)
 	if err != nil {
-		unmapIdx()
-		return nil, fmt.Errorf("index: %w", err)
-	}
-	data, unmapPack, err := mapFile(packPath)
-	if err != nil {
-		unmapIdx()
+		unmapPack()
 		return nil, err
 	}
 	unmap := func() error { return errors.Join(unmapPack(), unmapIdx()) }
+	idx, err := parsePackIndex(ib)
+	if err != nil {
+		unmap()
+		return nil, fmt.Errorf("index: %w", err)
+	}
 	if len(data) < 32 || string(data[:4]) != "PACK" || !bytes.Equal(data[len(data)-20:], idx.pack) ||
 		int(binary.BigEndian.Uint32(data[8:])) != idx.n {
 		unmap()

@@ -199,11 +199,27 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 
 // writeIndexedPack writes a pack of n whole objects, given by fill, into
 // dir with its version 2 index, both synced before they are renamed into
-// place (the index last: a pack is used once its index is there), and
-// returns its name. The index is made from the offsets and CRCs fill
-// reports, not by parsing the pack again.
+// place, and returns its name. The index is made from the offsets and
+// CRCs fill reports, not by parsing the pack again.
+//
+// The index goes into place first and the pack last, as go-git's own
+// pack writer does: go-git lists a directory's packs by their .pack files
+// and opens the .idx of each when it builds its index, so a .pack without
+// its .idx fails that reader's every lookup with "packfile not found"
+// (a store reading while a consolidation runs without its lock), while
+// git and Dir list .idx files and skip one whose pack is not there yet.
+// A crash between the two renames leaves an index without its pack,
+// which every reader ignores and RemoveTempPacks removes.
+//
+// The temporary files are written next to the pack directory, not in it:
+// go-git (through go-billy) lists a directory by reading its entries and
+// then stat-ing each, and fails the whole listing when one has gone in
+// between, which it takes for a missing pack directory (no packs: every
+// lookup "object not found"). While it runs without the readers' lock, a
+// writer only adds whole files to the pack directory; packs leave it only
+// in the swap, under the lock.
 func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h plumbing.Hash, off uint64, crc uint32)) error) (plumbing.Hash, error) {
-	tmp, err := os.CreateTemp(dir, tempPrefixes[0])
+	tmp, err := os.CreateTemp(filepath.Dir(dir), tempPrefixes[0])
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -235,14 +251,14 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 		return plumbing.ZeroHash, err
 	}
 	base := filepath.Join(dir, "pack-"+name.String())
-	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if err := writeFileSynced(base+".idx", func(w io.Writer) error {
+	if err := writeFileSynced(base+".idx", filepath.Dir(dir), func(w io.Writer) error {
 		_, err := idxfile.NewEncoder(w).Encode(idx)
 		return err
 	}); err != nil {
 		return plumbing.ZeroHash, err
+	}
+	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
+		return plumbing.ZeroHash, err // the index left alone is ignored
 	}
 	return name, syncPath(dir)
 }
@@ -261,8 +277,17 @@ func (d *Dir) AddPack(st storer.EncodedObjectStorer, hashes []plumbing.Hash) (pl
 var tempPrefixes = []string{"tmp_pack_", "tmp_idx_"}
 
 // RemoveTempPacks removes what an interrupted AddPack or Consolidate left
-// in the pack directory dir. Only the directory's one writer may call it.
+// in the pack directory dir and in its parent: temporary files, and an
+// index whose pack was never renamed in. Only the directory's one writer
+// may call it, while it writes nothing.
 func RemoveTempPacks(dir string) error {
+	if err := removeTempFiles(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return removeTempFiles(dir)
+}
+
+func removeTempFiles(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -271,21 +296,28 @@ func RemoveTempPacks(dir string) error {
 		return err
 	}
 	for _, e := range entries {
-		for _, p := range tempPrefixes {
-			if strings.HasPrefix(e.Name(), p) && e.Type().IsRegular() {
-				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return err
-				}
+		name := e.Name()
+		if !e.Type().IsRegular() {
+			continue
+		}
+		leftover := slices.ContainsFunc(tempPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+		if base, ok := strings.CutSuffix(name, ".idx"); ok && strings.HasPrefix(name, "pack-") {
+			_, err := os.Stat(filepath.Join(dir, base+".pack"))
+			leftover = errors.Is(err, fs.ErrNotExist)
+		}
+		if leftover {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-// writeFileSynced writes name through a synced temporary file renamed
-// into place.
-func writeFileSynced(name string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), tempPrefixes[1])
+// writeFileSynced writes name through a synced temporary file in tmpDir
+// (on the same file system) renamed into place.
+func writeFileSynced(name, tmpDir string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(tmpDir, tempPrefixes[1])
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,20 @@ import (
 	"signet.dev/signet/specs"
 )
 
+// withDefaults fills the options Branch and Verify share: the default
+// branch, the current time and DefaultGrace.
+func withDefaults(branch *string, now *time.Time, grace *time.Duration) {
+	if *branch == "" {
+		*branch = evidence.DefaultBranch
+	}
+	if now.IsZero() {
+		*now = time.Now()
+	}
+	if *grace == 0 {
+		*grace = DefaultGrace
+	}
+}
+
 // DefaultGrace is how long after its run deadline an admitted run may go
 // without a receipt before the audit flags it, when Options.Grace is
 // zero: enough for a reconciler restart to finish it.
@@ -63,15 +77,7 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("evidence: audit.Options.Policy is required")
 	}
-	if opts.Branch == "" {
-		opts.Branch = evidence.DefaultBranch
-	}
-	if opts.Now.IsZero() {
-		opts.Now = time.Now()
-	}
-	if opts.Grace == 0 {
-		opts.Grace = DefaultGrace
-	}
+	withDefaults(&opts.Branch, &opts.Now, &opts.Grace)
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.GOMAXPROCS(0)
 	}

@@ -54,15 +54,7 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 	if opts.Run == "" {
 		return nil, errors.New("evidence: audit.VerifyOptions.Run is required")
 	}
-	if opts.Branch == "" {
-		opts.Branch = evidence.DefaultBranch
-	}
-	if opts.Now.IsZero() {
-		opts.Now = time.Now()
-	}
-	if opts.Grace == 0 {
-		opts.Grace = DefaultGrace
-	}
+	withDefaults(&opts.Branch, &opts.Now, &opts.Grace)
 	rd, err := openBranch(ctx, opts.Repo, opts.Auth, opts.Branch)
 	if err != nil {
 		return nil, err

@@ -63,8 +63,7 @@ var Points = []string{
 	"after-receipt",
 }
 
-// KubePoints are the crash points only a run on Kubernetes nodes reaches
-// (the local backend reserves nothing in the cluster).
+// KubePoints are the crash points only the Kubernetes crash matrix arms; local runs pass them too.
 var KubePoints = []string{
 	"after-reservation",
 }

@@ -95,13 +95,15 @@ func childPID(t *testing.T, stdout []byte) int {
 func TestRunMatrix(t *testing.T) {
 	oversized := `{ printf '{"run":"%s","check":"%s","nonce":"%s","verdict":"Pass","summary":"' "$SIGNET_RUN_ID" "$SIGNET_CHECK_NAME" "$SIGNET_NONCE"; head -c 5000 /dev/zero | tr '\0' a; printf '"}'; } > "$SIGNET_RESULT_FILE"`
 	tests := []struct {
-		name       string
-		body       string
-		deadline   time.Duration // from now; 30s when zero
-		cancel     time.Duration // cancel ctx after this, when non-zero
-		want       specs.Verdict
-		wantReason string
-		check      func(t *testing.T, rep *Report, took time.Duration)
+		name     string
+		body     string
+		deadline time.Duration // from now; 30s when zero
+		// cancelWhenReady cancels ctx once the script creates the file
+		// named by its shell variable $ready.
+		cancelWhenReady bool
+		want            specs.Verdict
+		wantReason      string
+		check           func(t *testing.T, rep *Report, took time.Duration)
 	}{
 		{name: "valid Pass exit 0", body: "result Pass; exit 0", want: specs.VerdictPass},
 		{name: "valid Fail exit 1", body: "result Fail; exit 1", want: specs.VerdictFail},
@@ -157,8 +159,8 @@ func TestRunMatrix(t *testing.T) {
 			},
 		},
 		{
-			name: "cancel", cancel: 300 * time.Millisecond,
-			body: "sleep 1000 & echo child=$!; sleep 1000",
+			name: "cancel", cancelWhenReady: true,
+			body: `sleep 1000 & echo child=$!; : > "$ready"; sleep 1000`,
 			want: specs.VerdictCanceled, wantReason: "canceled: sent SIGTERM to the process group on cancel",
 			check: func(t *testing.T, rep *Report, took time.Duration) {
 				assert.True(t, rep.Termination.Canceled)
@@ -178,11 +180,15 @@ func TestRunMatrix(t *testing.T) {
 			},
 		},
 		{
+			// The child tells the script, through a fifo, once it ignores
+			// TERM: the script must not exit (and the group get TERM) before.
 			name: "background child ignoring TERM after exit is killed",
-			body: "(trap '' TERM; exec sleep 1000) & echo child=$!; result Pass; exit 0",
+			body: "mkfifo ignoring; (trap '' TERM; echo > ignoring; exec sleep 1000) & echo child=$!; read x < ignoring; result Pass; exit 0",
 			want: specs.VerdictPass,
 			check: func(t *testing.T, rep *Report, took time.Duration) {
-				assert.False(t, running(t, childPID(t, rep.Stdout)))
+				pid := childPID(t, rep.Stdout)
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+				assert.False(t, running(t, pid), "background child ignoring TERM outlived its check")
 				assert.Contains(t, rep.Termination.Reason, "SIGTERM and SIGKILL")
 			},
 		},
@@ -204,16 +210,28 @@ while [ "$(cut -d' ' -f6 /proc/$c/stat)" != "$c" ]; do sleep 0.01; done; result 
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			req := request(t, tt.body)
+			// took is measured from before the deadline is set, so that it
+			// bounds the time from the deadline too.
+			start := time.Now()
 			if tt.deadline != 0 {
-				req.Deadline = time.Now().Add(tt.deadline)
+				req.Deadline = start.Add(tt.deadline)
 			}
 			ctx := t.Context()
-			if tt.cancel != 0 {
+			if tt.cancelWhenReady {
+				ready := filepath.Join(t.TempDir(), "ready")
+				req.Script = script("ready='" + ready + "'\n" + tt.body)
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithCancel(ctx)
-				time.AfterFunc(tt.cancel, cancel)
+				go func() {
+					for ctx.Err() == nil {
+						if _, err := os.Stat(ready); err == nil {
+							cancel()
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				}()
 			}
-			start := time.Now()
 			rep, err := Run(ctx, req)
 			took := time.Since(start)
 			require.NoError(t, err)

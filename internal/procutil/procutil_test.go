@@ -1,7 +1,7 @@
 package procutil
 
 import (
-	"bytes"
+	"io"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -48,21 +48,26 @@ func TestStopGroup(t *testing.T) {
 		script     string
 		wantKilled bool
 	}{
-		{"TERM is enough", "sleep 1000 & sleep 1000", false},
-		{"ignores TERM", "trap '' TERM; sleep 1000 & sleep 1000", true},
+		{"TERM is enough", "sleep 1000 & echo ready; sleep 1000", false},
+		{"ignores TERM", "trap '' TERM; sleep 1000 & echo ready; sleep 1000", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command("/bin/sh", "-c", tt.script)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			var out bytes.Buffer
-			cmd.Stdout = &out
+			// The script says "ready" once its trap is set and its child
+			// forked: TERM sent before that would find nothing ignoring it.
+			stdout, err := cmd.StdoutPipe()
+			require.NoError(t, err)
 			require.NoError(t, cmd.Start())
+			ready := make([]byte, len("ready\n"))
+			_, err = io.ReadFull(stdout, ready)
+			require.NoError(t, err)
+			require.Equal(t, "ready\n", string(ready))
 			done := make(chan struct{})
 			go func() { _ = cmd.Wait(); close(done) }()
 			pgid := cmd.Process.Pid
-			time.Sleep(100 * time.Millisecond)
 			require.True(t, GroupAlive(pgid))
 			had, killed, err := StopGroup(pgid, time.Time{}, 300*time.Millisecond)
 			require.NoError(t, err)

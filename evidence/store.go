@@ -243,6 +243,11 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	// Under s.mu as every other caller of refresh: the fetch can start a
+	// consolidation (consolidate), whose swap closes and reindexes s.st
+	// while the ancestry check after it reads s.st.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.refresh(ctx)
 }
 

@@ -41,6 +41,7 @@ func (s *Store) Refresh(ctx context.Context) error {
 	return s.refresh(ctx)
 }
 
+// refresh fetches the branch and verifies its tip. The caller holds s.mu.
 func (s *Store) refresh(ctx context.Context) error {
 	haves := []plumbing.Hash{s.tip, s.pushed}
 	if ref, err := s.st.Reference(s.ref); err == nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/testing/gittest"
@@ -97,4 +98,40 @@ func TestOpenRemovesInterruptedPackWrites(t *testing.T) {
 	b, err := s.Read(context.Background(), runFiles("c", "run-1", 2, 64)[1].Path)
 	require.NoError(t, err)
 	require.Equal(t, runFiles("c", "run-1", 2, 64)[1].Data, b)
+}
+
+// TestOpenWhileConsolidating opens a store whose remote moved while the
+// mirror holds small packs: the fetch at open adds a pack and starts a
+// consolidation, whose swap closes and reindexes go-git's storage while
+// open still checks that the new tip descends from the remembered one.
+// Run with -race: the check and the swap must not overlap (both hold s.mu).
+func TestOpenWhileConsolidating(t *testing.T) {
+	ctx := context.Background()
+	signer, _ := testSigner(t)
+	remote := bareRemote(t)
+	opts := testOptions(t, remote, signer)
+	for _, run := range []string{"run-1", "run-2"} { // one pack per Close
+		s, err := Open(ctx, opts)
+		require.NoError(t, err)
+		_, err = s.Append(ctx, "", runFiles("c", run, 2, 64))
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+	}
+	other := openStore(t, testOptions(t, remote, signer))
+	moved, err := other.Append(ctx, "", runFiles("c", "run-3", 2, 64))
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+
+	s := openStore(t, opts)
+	// Wait without taking s.mu first: a lock here would order the swap
+	// after open's reads even without open holding the lock.
+	s.repacking.Wait()
+	require.Len(t, mirrorPacks(t, s), 1, "the fetch at open must have started a consolidation of the mirror's packs")
+	assert.Equal(t, moved, s.Tip())
+	for _, run := range []string{"run-1", "run-2", "run-3"} {
+		f := runFiles("c", run, 2, 64)[1]
+		b, err := s.Read(ctx, f.Path)
+		require.NoError(t, err, f.Path)
+		assert.Equal(t, f.Data, b, f.Path)
+	}
 }

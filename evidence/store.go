@@ -11,9 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +22,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/hiddeco/sshsig"
@@ -247,6 +243,11 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	// Under s.mu as every other caller of refresh: the fetch can start a
+	// consolidation (consolidate), whose swap closes and reindexes s.st
+	// while the ancestry check after it reads s.st.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.refresh(ctx)
 }
 
@@ -284,142 +285,6 @@ func (s *Store) Close() error {
 	}
 	errs = append(errs, s.lock.Close())
 	return errors.Join(errs...)
-}
-
-// Tip is the commit the store last fetched or pushed, "" when the branch
-// does not exist yet.
-func (s *Store) Tip() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tip.IsZero() {
-		return ""
-	}
-	return s.tip.String()
-}
-
-// Refresh fetches the branch. It fails with ErrRolledBack, and keeps the
-// old tip, when the remote tip does not descend from the last known one.
-func (s *Store) Refresh(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("evidence: store is closed")
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	return s.refresh(ctx)
-}
-
-func (s *Store) refresh(ctx context.Context) error {
-	haves := []plumbing.Hash{s.tip, s.pushed}
-	if ref, err := s.st.Reference(s.ref); err == nil {
-		haves = append(haves, ref.Hash())
-	}
-	tip, err := s.remote.Fetch(ctx, s.objs, s.st, s.ref, haves)
-	if err != nil {
-		return err
-	}
-	s.consolidate()
-	if tip == s.tip {
-		return nil
-	}
-	if !s.tip.IsZero() {
-		if tip.IsZero() {
-			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, s.tip)
-		}
-		ok, err := descends(s.objs, tip, s.tip, plumbing.ZeroHash)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s branch %s is at %s, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, tip, s.tip)
-		}
-	}
-	return s.setTip(tip, false)
-}
-
-// setTip records tip as the verified remote tip, in the mirror's ref and
-// atomically in the state file.
-func (s *Store) setTip(tip plumbing.Hash, pushed bool) error {
-	st := state{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: tip.String()}
-	if pushed {
-		st.Pushed = tip.String()
-	} else if !s.pushed.IsZero() {
-		st.Pushed = s.pushed.String()
-	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n')); err != nil {
-		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
-	}
-	s.tip = tip
-	if pushed {
-		s.pushed = tip
-	}
-	return s.syncMirrorRef()
-}
-
-// writeFileAtomic replaces name with data: temp file, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(name string, data []byte) error {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// descends reports whether anc is desc or one of its ancestors. The walk
-// does not go below stop (when non-zero). It reads only commits, never
-// trees; without stop it may walk the whole history to prove a "no".
-func descends(st storer.EncodedObjectStorer, desc, anc, stop plumbing.Hash) (bool, error) {
-	queue := []plumbing.Hash{desc}
-	seen := map[plumbing.Hash]bool{desc: true}
-	for len(queue) > 0 {
-		h := queue[0]
-		queue = queue[1:]
-		if h == anc {
-			return true, nil
-		}
-		if h == stop {
-			continue
-		}
-		c, err := object.GetCommit(st, h)
-		if err != nil {
-			return false, fmt.Errorf("evidence: read commit %s: %w", h, err)
-		}
-		for _, p := range c.ParentHashes {
-			if !seen[p] {
-				seen[p] = true
-				queue = append(queue, p)
-			}
-		}
-	}
-	return false, nil
 }
 
 // Append commits files to the branch in one signed commit and pushes it.
@@ -617,168 +482,4 @@ func (s *Store) signCommit(payload io.Reader) ([]byte, error) {
 
 func (s *Store) signature() object.Signature {
 	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: time.Now().Truncate(time.Second)}
-}
-
-// Read returns the content of the file at p on the tip, ErrNotFound when
-// there is none.
-func (s *Store) Read(ctx context.Context, p string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := s.lookup(p)
-	if err != nil {
-		return nil, err
-	}
-	if e.Mode == filemode.Dir {
-		return nil, fmt.Errorf("%w: %s is a directory", ErrNotFound, p)
-	}
-	blob, err := object.GetBlob(s.objs, e.Hash)
-	if err != nil {
-		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
-	}
-	r, err := blob.Reader()
-	if err != nil {
-		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
-	}
-	defer r.Close()
-	b := make([]byte, 0, blob.Size)
-	for {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, 512)
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			break
-		}
-	}
-	return b, nil
-}
-
-// ReadDir returns the sorted entry names of the directory dir on the tip
-// ("" or "." is the root), ErrNotFound when there is no such directory.
-func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var h plumbing.Hash
-	if dir == "" || dir == "." || dir == "/" {
-		if s.tip.IsZero() {
-			return nil, fmt.Errorf("%w: branch %s does not exist yet", ErrNotFound, s.opts.Branch)
-		}
-		c, err := object.GetCommit(s.objs, s.tip)
-		if err != nil {
-			return nil, fmt.Errorf("evidence: read tip: %w", err)
-		}
-		h = c.TreeHash
-	} else {
-		e, err := s.lookup(dir)
-		if err != nil {
-			return nil, err
-		}
-		if e.Mode != filemode.Dir {
-			return nil, fmt.Errorf("%w: %s is a file, not a directory", ErrNotFound, dir)
-		}
-		h = e.Hash
-	}
-	t, err := object.GetTree(s.objs, h)
-	if err != nil {
-		return nil, fmt.Errorf("evidence: read %s: %w", dir, err)
-	}
-	names := make([]string, len(t.Entries))
-	for i, e := range t.Entries {
-		names[i] = e.Name
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-// Exists reports whether a file or directory p is on the tip.
-func (s *Store) Exists(ctx context.Context, p string) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, err := s.lookup(p)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// lookup walks from the tip's root tree to p, reading one tree per path
-// element.
-func (s *Store) lookup(p string) (object.TreeEntry, error) {
-	if s.tip.IsZero() {
-		return object.TreeEntry{}, fmt.Errorf("%w: %s (branch %s does not exist yet)", ErrNotFound, p, s.opts.Branch)
-	}
-	c, err := object.GetCommit(s.objs, s.tip)
-	if err != nil {
-		return object.TreeEntry{}, fmt.Errorf("evidence: read tip: %w", err)
-	}
-	return s.lookupIn(c, p)
-}
-
-// AddedIn returns the commit that added the file at p: the oldest commit
-// on the tip's first-parent line that has it. Since the branch only adds
-// files, p exists in every commit from that one to the tip. It costs one
-// lookup per commit since then; ErrNotFound when the tip lacks p.
-func (s *Store) AddedIn(ctx context.Context, p string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.lookup(p); err != nil {
-		return "", err
-	}
-	c, err := object.GetCommit(s.objs, s.tip)
-	if err != nil {
-		return "", fmt.Errorf("evidence: read tip: %w", err)
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		if c.NumParents() == 0 {
-			return c.Hash.String(), nil
-		}
-		parent, err := object.GetCommit(s.objs, c.ParentHashes[0])
-		if err != nil {
-			return "", fmt.Errorf("evidence: read commit %s: %w", c.ParentHashes[0], err)
-		}
-		if _, err := s.lookupIn(parent, p); errors.Is(err, ErrNotFound) {
-			return c.Hash.String(), nil
-		} else if err != nil {
-			return "", err
-		}
-		c = parent
-	}
-}
-
-// lookupIn resolves p in commit c's tree.
-func (s *Store) lookupIn(c *object.Commit, p string) (object.TreeEntry, error) {
-	parts, err := splitPath(p)
-	if err != nil {
-		return object.TreeEntry{}, err
-	}
-	cur := object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}
-	for i, name := range parts {
-		if cur.Mode != filemode.Dir {
-			return object.TreeEntry{}, fmt.Errorf("%w: %s (%s is a file)", ErrNotFound, p, path.Join(parts[:i]...))
-		}
-		t, err := object.GetTree(s.objs, cur.Hash)
-		if err != nil {
-			return object.TreeEntry{}, fmt.Errorf("evidence: read tree %s: %w", path.Join(parts[:i]...), err)
-		}
-		e, ok := findEntry(t.Entries, name)
-		if !ok {
-			return object.TreeEntry{}, fmt.Errorf("%w: %s", ErrNotFound, p)
-		}
-		cur = e
-	}
-	return cur, nil
-}
-
-// findEntry finds name in entries sorted in Git order.
-func findEntry(entries []object.TreeEntry, name string) (object.TreeEntry, bool) {
-	for _, e := range entries {
-		if e.Name == name {
-			return e, true
-		}
-	}
-	return object.TreeEntry{}, false
 }

@@ -47,6 +47,9 @@ type Edit struct {
 type Test struct {
 	Pkg string `yaml:"pkg"`
 	Run string `yaml:"run"`
+	// Race runs the test with the race detector, for a rule whose breach
+	// is a data race that only -race reports.
+	Race bool `yaml:"race,omitempty"`
 }
 
 // Edits returns the mutation's edits in order, with file names filled in.

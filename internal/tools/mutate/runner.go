@@ -285,6 +285,9 @@ func (r *Runner) goTest(ctx context.Context, t Test, overlay string, count1 bool
 	if count1 {
 		args = append(args, "-count=1")
 	}
+	if t.Race {
+		args = append(args, "-race")
+	}
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}

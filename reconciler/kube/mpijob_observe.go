@@ -1,0 +1,309 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/procutil"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/specs"
+)
+
+// operatorDeadlineSkew is how much earlier than signet's own deadline the
+// launcher Job's activeDeadlineSeconds can end the launcher: Kubernetes
+// stores the Job's start time with second precision.
+const operatorDeadlineSkew = time.Second
+
+// observation is what one poll saw.
+type observation struct {
+	launcher *corev1.Pod // nil while none exists
+	workers  []corev1.Pod
+	failed   string // the MPIJob's Failed condition, when set
+	gone     string // why the job counts as gone behind signet's back
+}
+
+// observe polls until the launcher is terminal, c.Deadline, ctx's end, or
+// the job (UID uid) or its launcher disappears, and builds the report.
+func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid string, started time.Time, log *slog.Logger) *backend.CheckReport {
+	name := MPIJobName(c.Run, c.Index)
+	var last observation
+	var seenLauncher bool
+	for {
+		// Past the deadline the operator's own activeDeadlineSeconds may
+		// end or remove the launcher: what this poll sees is then the
+		// deadline's doing. The operator's launcher Job counts its deadline
+		// from a start time stored in whole seconds, so it can fire up to a
+		// second before c.Deadline: that second counts as late too.
+		late := !time.Now().Add(operatorDeadlineSkew).Before(c.Deadline)
+		ob, err := b.poll(ctx, name, uid)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("mpijob poll failed", "err", err)
+		case err == nil:
+			if ob.launcher == nil && seenLauncher && ob.gone == "" {
+				ob.gone = "launcher pod of MPIJob " + name + " disappeared behind signet's back"
+			}
+			if ob.gone != "" {
+				// Keep the last identities seen: the workers ran there.
+				term := specs.Termination{Started: seenLauncher, Reason: ob.gone}
+				switch {
+				case late:
+					term.DeadlineExceeded = true
+					term.Reason = "past the check's deadline " + c.Deadline.UTC().Format(time.RFC3339) + ": " + ob.gone
+				case strings.HasPrefix(ob.failed, "DeadlineExceeded"):
+					// The operator's activeDeadlineSeconds (counted on
+					// its clock, in whole seconds) ended the launcher.
+					term.DeadlineExceeded = true
+					term.Reason = "MPIJob failed: " + ob.failed + "; " + ob.gone
+				}
+				log.Warn("mpijob gone", "reason", term.Reason)
+				return b.report(ctx, c, started, last, term, nil, log)
+			}
+			last = ob
+			if ob.launcher != nil {
+				seenLauncher = true
+				if t, res, done := launcherState(ob.launcher); done {
+					if late && !t.Exited {
+						t.DeadlineExceeded = true
+					}
+					return b.report(ctx, c, started, last, t, res, log)
+				}
+			} else if ob.failed != "" {
+				term := specs.Termination{Reason: "MPIJob failed before its launcher ran: " + ob.failed}
+				return b.report(ctx, c, started, last, term, nil, log)
+			}
+		}
+		if ctx.Err() != nil {
+			term, res, _ := launcherState(last.launcher)
+			term.Canceled, term.Reason = true, mpiJoinReasons(term.Reason, "observation canceled before the launcher ended")
+			return b.report(ctx, c, started, last, term, res, log)
+		}
+		if !time.Now().Before(c.Deadline) {
+			term, res, _ := launcherState(last.launcher)
+			term.DeadlineExceeded = true
+			term.Reason = mpiJoinReasons(term.Reason, "launcher not terminal at the check's deadline "+c.Deadline.UTC().Format(time.RFC3339))
+			return b.report(ctx, c, started, last, term, res, log)
+		}
+		wait := min(b.o.PollInterval, max(time.Until(c.Deadline), time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// poll reads the MPIJob (which must still have UID uid), its launcher pod and
+// its worker pods.
+func (b *MPIJobBackend) poll(ctx context.Context, name, uid string) (observation, error) {
+	var ob observation
+	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		ob.gone = "MPIJob " + name + " was deleted behind signet's back"
+		return ob, nil
+	case err != nil:
+		return ob, err
+	case string(job.GetUID()) != uid:
+		ob.gone = fmt.Sprintf("MPIJob %s was replaced behind signet's back (uid %s, created as %s)", name, job.GetUID(), uid)
+		return ob, nil
+	case job.GetDeletionTimestamp() != nil:
+		ob.gone = "MPIJob " + name + " is being deleted behind signet's back"
+		return ob, nil
+	}
+	conds, _, _ := unstructured.NestedSlice(job.Object, "status", "conditions")
+	for _, cv := range conds {
+		m, _ := cv.(map[string]any)
+		if m["type"] == "Failed" && m["status"] == "True" {
+			ob.failed = fmt.Sprintf("%v: %v", m["reason"], m["message"])
+		}
+	}
+	pods, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{MPIJobNameLabel: name}).String(),
+	})
+	if err != nil {
+		return ob, err
+	}
+	var launchers []corev1.Pod
+	for _, p := range pods.Items {
+		switch p.Labels[MPIJobRoleLabel] {
+		case MPIRoleLauncher:
+			launchers = append(launchers, p)
+		case MPIRoleWorker:
+			ob.workers = append(ob.workers, p)
+		}
+	}
+	switch len(launchers) {
+	case 0:
+	case 1:
+		ob.launcher = &launchers[0]
+	default:
+		// backoffLimit 0: a second launcher means the check ran twice.
+		var names []string
+		for _, p := range launchers {
+			names = append(names, p.Name)
+		}
+		ob.gone = fmt.Sprintf("MPIJob %s has %d launcher pods (%s); the check must run once", name, len(launchers), strings.Join(names, ", "))
+	}
+	sort.Slice(ob.workers, func(i, j int) bool { return ob.workers[i].Name < ob.workers[j].Name })
+	return ob, nil
+}
+
+// launcherState is what the launcher's check container shows now, read as
+// the pod backend reads a check pod, and its result; nil is a launcher never
+// seen. done is true once the pod is terminal.
+func launcherState(p *corev1.Pod) (term specs.Termination, result []byte, done bool) {
+	if p == nil {
+		return specs.Termination{Reason: "no launcher pod was created"}, nil, false
+	}
+	term, result, notes := podTermination(p)
+	notes = append([]string{"launcher pod " + p.Name}, notes...)
+	term.Reason = strings.Join(notes, "; ")
+	return term, result, p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// report builds the per-participant reports of an ended observation:
+// coverage first (DESIGN §4), then the launcher's termination and result
+// for everyone.
+func (b *MPIJobBackend) report(ctx context.Context, c *backend.CheckRun, started time.Time, ob observation, term specs.Termination, result []byte, log *slog.Logger) *backend.CheckReport {
+	// The observation may have ended with ctx; what is left to read (nodes,
+	// logs) is read under a short bound of its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ids, problems := b.coverage(rctx, c, ob.workers)
+	if !term.Exited {
+		result = nil
+	}
+	if len(problems) > 0 && !term.Canceled {
+		why := "coverage: " + strings.Join(problems, "; ")
+		term.Reason = mpiJoinReasons(why, term.Reason)
+		if term.Exited {
+			term.ResultRefused = why
+		}
+		result = nil
+		log.Warn("mpijob coverage failed", "reason", why)
+	}
+	rep := &backend.CheckReport{StartedAt: started, EndedAt: time.Now()}
+	for i, p := range c.Participants {
+		pr := backend.ParticipantReport{Node: p.Node, Identity: ids[i], Termination: term}
+		if result != nil {
+			pr.Result = slices.Clone(result)
+		}
+		rep.Participants = append(rep.Participants, pr)
+	}
+	if ob.launcher != nil && len(rep.Participants) > 0 {
+		rep.Participants[0].Stdout = b.launcherLog(rctx, ob.launcher, log)
+	}
+	return rep
+}
+
+// coverage matches the workers to the participants: every participant node
+// must hold exactly one worker, no worker may be elsewhere or unscheduled,
+// and each node's UID must be the admitted one. ids[i] identifies the
+// worker on participant i's node; a participant left without one gets the
+// identity of a misplaced worker, so that the evidence says where it ran.
+func (b *MPIJobBackend) coverage(ctx context.Context, c *backend.CheckRun, workers []corev1.Pod) ([]evidence.Identity, []string) {
+	ids := make([]evidence.Identity, len(c.Participants))
+	var problems []string
+	index := map[string]int{}
+	for i, p := range c.Participants {
+		index[p.Node] = i
+		ids[i] = evidence.Identity{Node: p.Node}
+	}
+	onNode := map[string][]corev1.Pod{}
+	var stray []evidence.Identity
+	for _, w := range workers {
+		node := w.Spec.NodeName
+		if node == "" {
+			problems = append(problems, fmt.Sprintf("worker %s was never scheduled", w.Name))
+			continue
+		}
+		if _, ok := index[node]; !ok {
+			problems = append(problems, fmt.Sprintf("worker %s ran on node %s, which is not a participant", w.Name, node))
+			stray = append(stray, evidence.Identity{Workload: workerIdentity(&w), Node: node, NodeUID: b.nodeUID(ctx, node)})
+			continue
+		}
+		onNode[node] = append(onNode[node], w)
+	}
+	for i, p := range c.Participants {
+		ws := onNode[p.Node]
+		switch {
+		case len(ws) == 0:
+			problems = append(problems, fmt.Sprintf("no worker ran on participant node %s", p.Node))
+			if len(stray) > 0 {
+				ids[i], stray = stray[0], stray[1:]
+			}
+			continue
+		case len(ws) > 1:
+			var names []string
+			for _, w := range ws {
+				names = append(names, w.Name)
+			}
+			problems = append(problems, fmt.Sprintf("%d workers (%s) ran on participant node %s", len(ws), strings.Join(names, ", "), p.Node))
+		}
+		uid := b.nodeUID(ctx, p.Node)
+		ids[i] = evidence.Identity{Workload: workerIdentity(&ws[0]), Node: p.Node, NodeUID: uid}
+		if uid != p.UID {
+			problems = append(problems, fmt.Sprintf("worker %s ran on node %s with uid %q, admitted with uid %q", ws[0].Name, p.Node, uid, p.UID))
+		}
+	}
+	return ids, problems
+}
+
+// workerIdentity names a worker pod as the pod backend names a check pod:
+// "pod:<namespace>/<name>@<uid>", the API-assigned UID included.
+func workerIdentity(p *corev1.Pod) string {
+	return "pod:" + p.Namespace + "/" + p.Name + "@" + string(p.UID)
+}
+
+// nodeUID is the UID of the named node now; "" when it cannot be read.
+func (b *MPIJobBackend) nodeUID(ctx context.Context, name string) string {
+	n, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return string(n.UID)
+}
+
+// launcherLog is the bounded tail of the launcher's check container log;
+// nil when it cannot be read (logs are never a reason to fail).
+func (b *MPIJobBackend) launcherLog(ctx context.Context, p *corev1.Pod, log *slog.Logger) []byte {
+	rc, err := b.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: checkContainerName}).Stream(ctx)
+	if err != nil {
+		log.Info("launcher log not readable", "pod", p.Name, "err", err)
+		return nil
+	}
+	defer rc.Close()
+	tail := procutil.NewTail(b.o.MaxLogBytes)
+	// Read at most 64 times the kept size: a chatty launcher cannot hold
+	// the reconciler for long.
+	if _, err := io.Copy(tail, io.LimitReader(rc, int64(b.o.MaxLogBytes)*64)); err != nil {
+		log.Info("launcher log read failed", "pod", p.Name, "err", err)
+	}
+	if out := tail.Bytes(); len(out) > 0 {
+		return out
+	}
+	return nil
+}
+
+func mpiJoinReasons(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}

@@ -290,13 +290,13 @@ func (p *TrustPolicy) ThresholdFor(subject string) (int, error) {
 	th := p.doc.Spec.Thresholds
 	switch {
 	case action == ActionCancel:
-		return th.Cancel, nil
+		return *th.Cancel, nil
 	case action == ActionRelease:
-		return th.Release, nil
+		return *th.Release, nil
 	case kind == specs.KindProfile:
-		return th.CertificationProfile, nil
+		return *th.CertificationProfile, nil
 	default:
-		return th.CertificationRequest, nil
+		return *th.CertificationRequest, nil
 	}
 }
 

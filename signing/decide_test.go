@@ -20,7 +20,7 @@ func TestDecideTamper(t *testing.T) {
 	mallory := testKey(t, "m", AlgorithmECDSAP256)
 	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
 	policy := testPolicy(t, []*PrivateKey{alice, bob}, []*PrivateKey{rec}, func(s *TrustPolicySpec) {
-		s.Thresholds.CertificationProfile = 2
+		s.Thresholds.CertificationProfile = new(2)
 		s.Keys[1].RevokedAt = "2026-11-30T00:00:00Z" // bob revoked before testNow
 	})
 	policy1 := testPolicy(t, []*PrivateKey{alice, bob}, []*PrivateKey{rec}, nil)
@@ -202,7 +202,7 @@ func TestDecideRequestStaysApprovedWithRelease(t *testing.T) {
 func TestDecideThresholdTwoKeys(t *testing.T) {
 	alice := testKey(t, "a", AlgorithmECDSAP256)
 	bob := testKey(t, "b", AlgorithmEd25519)
-	p := testPolicy(t, []*PrivateKey{alice, bob}, nil, func(s *TrustPolicySpec) { s.Thresholds.CertificationProfile = 2 })
+	p := testPolicy(t, []*PrivateKey{alice, bob}, nil, func(s *TrustPolicySpec) { s.Thresholds.CertificationProfile = new(2) })
 	d0 := digestOf("p")
 	s := []Subject{SubjectFor("CertificationProfile/p", d0)}
 	both := approval(t, s, ApprovalPredicate{}, alice, bob)
@@ -215,7 +215,7 @@ func TestDecideThresholdTwoKeys(t *testing.T) {
 	assert.Len(t, dec.Relied, 2)
 	// The same approvals, under a policy that revokes bob: decided again at once.
 	p2 := testPolicy(t, []*PrivateKey{alice, bob}, nil, func(s *TrustPolicySpec) {
-		s.Thresholds.CertificationProfile = 2
+		s.Thresholds.CertificationProfile = new(2)
 		s.Keys[1].Revoked = true
 	})
 	assert.NotEqual(t, p.Digest(), p2.Digest())

@@ -89,13 +89,15 @@ type TrustedKeySpec struct {
 }
 
 // Thresholds is the number of distinct valid approver keys each kind and
-// action needs. An omitted value means 1; 0 and negative values are refused
-// (nothing runs without an approval).
+// action needs. A nil (omitted) value means 1; an explicit 0 and negative
+// values are refused (nothing runs without an approval). Fields are
+// pointers so that an omitted value and a written 0 stay apart. After
+// parsing, every field is set.
 type Thresholds struct {
-	CertificationProfile int `yaml:"CertificationProfile,omitempty" json:"CertificationProfile"`
-	CertificationRequest int `yaml:"CertificationRequest,omitempty" json:"CertificationRequest"`
-	Cancel               int `yaml:"cancel,omitempty" json:"cancel"`
-	Release              int `yaml:"release,omitempty" json:"release"`
+	CertificationProfile *int `yaml:"CertificationProfile,omitempty" json:"CertificationProfile"`
+	CertificationRequest *int `yaml:"CertificationRequest,omitempty" json:"CertificationRequest"`
+	Cancel               *int `yaml:"cancel,omitempty" json:"cancel"`
+	Release              *int `yaml:"release,omitempty" json:"release"`
 }
 
 // LoadTrustPolicy reads and parses the trust policy file at path.
@@ -289,22 +291,25 @@ func newTrustPolicy(doc trustPolicyDoc) (*TrustPolicy, error) {
 	th := &p.doc.Spec.Thresholds
 	for _, t := range []struct {
 		name string
-		v    *int
+		v    **int
 	}{
 		{specs.KindProfile, &th.CertificationProfile},
 		{specs.KindRequest, &th.CertificationRequest},
 		{ActionCancel, &th.Cancel},
 		{ActionRelease, &th.Release},
 	} {
-		if *t.v == 0 {
-			*t.v = 1
+		// A fresh pointer: the policy never shares memory with the caller's spec.
+		n := 1
+		if *t.v != nil {
+			n = **t.v
 		}
-		if *t.v < 0 {
-			return nil, fmt.Errorf("spec.thresholds.%s: %d is not a positive number of keys", t.name, *t.v)
+		if n < 1 {
+			return nil, fmt.Errorf("spec.thresholds.%s: %d is not a positive number of keys", t.name, n)
 		}
-		if *t.v > len(p.approver) {
-			return nil, fmt.Errorf("spec.thresholds.%s: %d is more than the %d approvers, so nothing could ever be approved", t.name, *t.v, len(p.approver))
+		if n > len(p.approver) {
+			return nil, fmt.Errorf("spec.thresholds.%s: %d is more than the %d approvers, so nothing could ever be approved", t.name, n, len(p.approver))
 		}
+		*t.v = &n
 	}
 	canon, err := p.canonical()
 	if err != nil {
@@ -356,8 +361,17 @@ func (p *TrustPolicy) CanonicalJSON() []byte {
 	return c
 }
 
-// Thresholds returns the thresholds after defaults.
-func (p *TrustPolicy) Thresholds() Thresholds { return p.doc.Spec.Thresholds }
+// Thresholds returns the thresholds after defaults: every field is set.
+// The pointers are copies; changing what they point to changes nothing.
+func (p *TrustPolicy) Thresholds() Thresholds {
+	th := p.doc.Spec.Thresholds
+	return Thresholds{
+		CertificationProfile: new(*th.CertificationProfile),
+		CertificationRequest: new(*th.CertificationRequest),
+		Cancel:               new(*th.Cancel),
+		Release:              new(*th.Release),
+	}
+}
 
 // Key returns the public key with id, or nil when the policy has none.
 func (p *TrustPolicy) Key(id string) *PublicKey {

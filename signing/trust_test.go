@@ -53,7 +53,7 @@ func TestParseTrustPolicy(t *testing.T) {
 	p, err := ParseTrustPolicy("policy.yaml", []byte(src))
 	require.NoError(t, err)
 	assert.Equal(t, "prod", p.Name())
-	assert.Equal(t, Thresholds{CertificationProfile: 2, CertificationRequest: 1, Cancel: 1, Release: 1}, p.Thresholds())
+	assert.Equal(t, Thresholds{CertificationProfile: new(2), CertificationRequest: new(1), Cancel: new(1), Release: new(1)}, p.Thresholds())
 	assert.Equal(t, "alice", p.Owner(a.KeyID()))
 	assert.Len(t, p.Approvers(), 2)
 	require.Len(t, p.EvidenceSigners(), 1)
@@ -120,6 +120,42 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// TestFinding9ThresholdZeroRefused (issue 15, finding 9): a threshold
+// written as 0 is refused, naming the field, in the YAML and in the Go
+// API; it is never turned into the default of 1. An omitted threshold
+// still means 1.
+func TestFinding9ThresholdZeroRefused(t *testing.T) {
+	a := testKey(t, "a", AlgorithmECDSAP256)
+	b := testKey(t, "b", AlgorithmEd25519)
+	r := testKey(t, "reconciler", AlgorithmEd25519)
+	src := policyYAML(a, b, r)
+	for _, field := range []string{"CertificationProfile", "CertificationRequest", "cancel", "release"} {
+		t.Run("yaml/"+field, func(t *testing.T) {
+			in := strings.Replace(src, "  thresholds:\n    CertificationProfile: 2\n", "  thresholds:\n    "+field+": 0\n", 1)
+			require.Contains(t, in, field+": 0")
+			_, err := ParseTrustPolicy("policy.yaml", []byte(in))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "policy.yaml: spec.thresholds."+field+": 0 is not a positive number of keys")
+		})
+	}
+	t.Run("go api", func(t *testing.T) {
+		_, err := NewTrustPolicy("zero", TrustPolicySpec{
+			Keys:       []TrustedKeySpec{KeySpec(a.Public())},
+			Approvers:  []string{a.KeyID()},
+			Thresholds: Thresholds{Release: new(0)},
+		})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spec.thresholds.release: 0 is not a positive number of keys")
+	})
+	t.Run("omitted means 1", func(t *testing.T) {
+		in := strings.Replace(src, "  thresholds:\n    CertificationProfile: 2\n", "", 1)
+		require.NotContains(t, in, "thresholds")
+		p, err := ParseTrustPolicy("policy.yaml", []byte(in))
+		require.NoError(t, err)
+		assert.Equal(t, Thresholds{CertificationProfile: new(1), CertificationRequest: new(1), Cancel: new(1), Release: new(1)}, p.Thresholds())
+	})
 }
 
 // TestVerifyDSSE: evidence counts only when an evidence signer, valid at

@@ -127,7 +127,6 @@ func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
 	// LC_ALL=C sort: bytewise order of the whole relative path.
 	sort.Strings(names)
 
-	agg := sha256.New()
 	files := make([]BundleFile, 0, len(names))
 	for _, rel := range names {
 		full := path.Join(dir, rel)
@@ -135,11 +134,48 @@ func BundleDigest(fsys fs.FS, dir string) (Digest, []BundleFile, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		d := Digest("sha256:" + hex.EncodeToString(sum))
-		files = append(files, BundleFile{Path: rel, Digest: d, Size: size})
-		fmt.Fprintf(agg, "%s  %s\n", d.Hex(), rel)
+		files = append(files, BundleFile{Path: rel, Digest: Digest("sha256:" + hex.EncodeToString(sum)), Size: size})
 	}
-	return Digest("sha256:" + hex.EncodeToString(agg.Sum(nil))), files, nil
+	agg, err := BundleListingDigest(files)
+	if err != nil {
+		return "", nil, &BundleError{Path: dir, Err: err}
+	}
+	return agg, files, nil
+}
+
+// BundleListingDigest returns the aggregate digest of a bundle from its
+// listing alone (DESIGN §3): the sha256 of the sha256sum lines
+// "<hex>  <path>\n" of files, in the order given; Size is ignored. It is
+// the one implementation of the aggregate: BundleDigest hashes a
+// directory's listing with it, and the auditor recomputes an admission's
+// bundle digest from the file list the admission records.
+//
+// files must be a listing BundleDigest could return: not empty, at most
+// MaxBundleFiles entries in strictly increasing bytewise path order, each
+// path a valid relative path (fs.ValidPath) that sha256sum lists verbatim
+// and each digest a sha256. Anything else is refused with an error naming
+// the first entry at fault, so that no two listings hash alike.
+func BundleListingDigest(files []BundleFile) (Digest, error) {
+	switch {
+	case len(files) == 0:
+		return "", ErrBundleEmpty
+	case len(files) > MaxBundleFiles:
+		return "", fmt.Errorf("%w: more than %d files", ErrBundleTooLarge, MaxBundleFiles)
+	}
+	agg := sha256.New()
+	for i, f := range files {
+		if !fs.ValidPath(f.Path) || f.Path == "." || strings.ContainsAny(f.Path, "\\\n\r") || !utf8.ValidString(f.Path) || strings.HasPrefix(f.Path, "-") {
+			return "", fmt.Errorf("files[%d]: path %q %w", i, f.Path, ErrBundleName)
+		}
+		if i > 0 && f.Path <= files[i-1].Path {
+			return "", fmt.Errorf("files[%d]: path %q is not after %q in bytewise order", i, f.Path, files[i-1].Path)
+		}
+		if _, err := ParseDigest(string(f.Digest)); err != nil {
+			return "", fmt.Errorf("files[%d]: digest: %w", i, err)
+		}
+		fmt.Fprintf(agg, "%s  %s\n", f.Digest.Hex(), f.Path)
+	}
+	return Digest("sha256:" + hex.EncodeToString(agg.Sum(nil))), nil
 }
 
 // hashRegularFile returns the sha256 and size of name, which the walk found

@@ -152,6 +152,44 @@ func TestBundleDigestChangesWithContent(t *testing.T) {
 	assert.Equal(t, d0, d1)
 }
 
+// TestBundleListingDigest: the aggregate recomputed from a listing alone is
+// BundleDigest's (and coreutils'), and a listing BundleDigest could never
+// return (unordered, repeated, empty, an escaped or dashed name, a bad
+// digest) is refused rather than hashed.
+func TestBundleListingDigest(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, awkwardBundle)
+	want, files, err := BundleDigest(os.DirFS(dir), ".")
+	require.NoError(t, err)
+	got, err := BundleListingDigest(files)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, coreutilsBundleDigest(t, dir), got)
+
+	d := DigestOf([]byte("x"))
+	for _, tc := range []struct {
+		name  string
+		files []BundleFile
+		want  string
+	}{
+		{"empty", nil, "holds no regular file"},
+		{"unordered", []BundleFile{{Path: "b", Digest: d}, {Path: "a", Digest: d}}, `files[1]: path "a" is not after "b"`},
+		{"repeated", []BundleFile{{Path: "a", Digest: d}, {Path: "a", Digest: d}}, `files[1]: path "a" is not after "a"`},
+		{"newline", []BundleFile{{Path: "a\n" + d.Hex() + "  b", Digest: d}}, "files[0]: path"},
+		{"backslash", []BundleFile{{Path: `a\b`, Digest: d}}, "sha256sum cannot list verbatim"},
+		{"leading dash", []BundleFile{{Path: "-n", Digest: d}}, "sha256sum cannot list verbatim"},
+		{"absolute", []BundleFile{{Path: "/etc/x", Digest: d}}, "files[0]: path"},
+		{"dot dot", []BundleFile{{Path: "../x", Digest: d}}, "files[0]: path"},
+		{"bare hex digest", []BundleFile{{Path: "a", Digest: Digest(d.Hex())}}, "files[0]: digest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := BundleListingDigest(tc.files)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
 func TestBundleDigestRejects(t *testing.T) {
 	regular := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s), Mode: 0o644} }
 	tests := []struct {

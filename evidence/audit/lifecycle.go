@@ -43,6 +43,7 @@ func (r *runAudit) checkAdmission() {
 		r.add(RuleDigestBinding, rel, "profileObject: "+err.Error())
 	}
 	r.bindValue(rel, "bundle", specs.Digest(adm.ProfileObject.Spec.Bundle.Digest), adm.Bundle.Digest)
+	r.checkBundleListing(rel, adm.Bundle)
 	if want := adm.AdmittedAt.Add(adm.ProfileObject.RunDeadline()); !adm.RunDeadline.Equal(want) {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("runDeadline %s is not admittedAt plus the profile's derived run deadline (%s)", adm.RunDeadline.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339)))
 	}
@@ -81,6 +82,23 @@ func (r *runAudit) checkAdmission() {
 	for _, o := range []evidence.ObjectRef{adm.Request, adm.Profile} {
 		d := r.a.policy.Decide(o.Subject(), o.Digest, approvals, r.cluster, adm.AdmittedAt)
 		r.decided(rel, d)
+	}
+}
+
+// checkBundleListing recomputes the aggregate digest from the file list
+// the admission records: the script digests check intents are held to
+// come from that list, so it must be the approved bundle's listing.
+func (r *runAudit) checkBundleListing(rel string, b evidence.BundleRecord) {
+	files := make([]specs.BundleFile, len(b.Files))
+	for i, f := range b.Files {
+		files[i] = specs.BundleFile{Path: f.Path, Digest: f.Digest}
+	}
+	agg, err := specs.BundleListingDigest(files)
+	switch {
+	case err != nil:
+		r.add(RuleBundleDigest, rel, "bundle.files: "+err.Error())
+	case agg != b.Digest:
+		r.add(RuleBundleDigest, rel, fmt.Sprintf("bundle.files hash to %s, not to the bundle digest %s", agg, b.Digest))
 	}
 }
 

@@ -40,6 +40,11 @@ const (
 	// RuleDigestBinding: a document binds another file (or spec object)
 	// by a digest that does not match it.
 	RuleDigestBinding = "digest-binding"
+	// RuleBundleDigest: an admission's bundle file list does not hash to
+	// its bundle digest (DESIGN §3's sha256sum listing), or is not a
+	// listing sha256sum could print, so the per-script digests the
+	// check intents are held to are not bound to the approved bundle.
+	RuleBundleDigest = "bundle-digest"
 	// RuleVerdict: a recorded verdict is not what the documents it sums
 	// up imply.
 	RuleVerdict = "verdict"

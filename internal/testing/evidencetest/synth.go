@@ -47,7 +47,7 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	}
 	f.Repo = filepath.Join(dir, "evidence.git")
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: quick\nspec:\n  bundle:\n    path: bundles/quick\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", specs.DigestOf([]byte("bundle")))
+	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: quick\nspec:\n  bundle:\n    path: bundles/quick\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", synthBundleDigest())
 	for _, ck := range []string{"first", "second"} {
 		fmt.Fprintf(&yaml, "  - name: %s\n    script: ok.sh\n    backend: local\n    deadline: 20s\n", ck)
 	}
@@ -93,7 +93,7 @@ type Synthetic struct {
 // signed by key, approved by approver.
 func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver *signing.PrivateKey) (*Synthetic, error) {
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: synthetic\nspec:\n  bundle:\n    path: bundles/synthetic\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", specs.DigestOf([]byte("bundle")))
+	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: synthetic\nspec:\n  bundle:\n    path: bundles/synthetic\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", synthBundleDigest())
 	for i := range checks {
 		fmt.Fprintf(&yaml, "  - name: check-%d\n    script: ok.sh\n    backend: local\n    deadline: 60s\n", i)
 	}
@@ -111,6 +111,20 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 		}
 	}
 	return &Synthetic{Remote: filepath.Join(dir, "remote.git"), Policy: w.policy, Reconciler: key, Runs: int(w.seq), Documents: w.docs}, nil
+}
+
+// synthScript is the one file, ok.sh, of the synthetic profiles' bundle.
+var synthScript = []byte("#!/bin/sh\nexit 0\n")
+
+// synthBundleDigest is the aggregate digest of the synthetic bundle, so
+// that the admissions' file list hashes to the profile's pin as the
+// auditor requires.
+func synthBundleDigest() specs.Digest {
+	d, err := specs.BundleListingDigest([]specs.BundleFile{{Path: "ok.sh", Digest: specs.DigestOf(synthScript)}})
+	if err != nil {
+		panic(err) // a constant listing
+	}
+	return d
 }
 
 // writer appends runs of one profile on one node to an evidence branch.
@@ -136,7 +150,7 @@ func newWriter(ctx context.Context, remote, stateDir, cluster, node, yaml string
 	if _, err := Git("", nil, "init", "-q", "--bare", remote); err != nil {
 		return nil, err
 	}
-	w := &writer{key: key, approver: approver, cluster: cluster, node: node, script: []byte("#!/bin/sh\nexit 0\n")}
+	w := &writer{key: key, approver: approver, cluster: cluster, node: node, script: synthScript}
 	var err error
 	w.policy, err = signing.NewTrustPolicy(cluster, signing.TrustPolicySpec{
 		Keys:            []signing.TrustedKeySpec{signing.KeySpec(approver.Public()), signing.KeySpec(key.Public())},

@@ -134,7 +134,7 @@ func (k *Keys) WriteTrust(t testing.TB, approvers ...*signing.PrivateKey) {
 	spec := signing.TrustPolicySpec{
 		Keys:            []signing.TrustedKeySpec{signing.KeySpec(k.Reconciler.Public())},
 		EvidenceSigners: []string{k.Reconciler.KeyID()},
-		Thresholds:      signing.Thresholds{CertificationProfile: 1, CertificationRequest: 1, Cancel: 1, Release: 1},
+		Thresholds:      signing.Thresholds{CertificationProfile: new(1), CertificationRequest: new(1), Cancel: new(1), Release: new(1)},
 	}
 	for _, a := range approvers {
 		spec.Keys = append(spec.Keys, signing.KeySpec(a.Public()))

@@ -109,7 +109,7 @@ func TestFinding2DecreasingCommitTimes(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy})
 	require.NoError(t, err)
-	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleCommitTimeOrder, h, ""), "%v", rep.Findings)
+	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleCommitTimeOrder, h, ""), "want a commit-time-order finding for the backdated commit; got %v", rep.Findings)
 }
 
 // TestFinding2DocumentTimeAfterItsCommit: a document stating a time after
@@ -121,8 +121,8 @@ func TestFinding2DocumentTimeAfterItsCommit(t *testing.T) {
 	p, h := resignReceipt(t, f, c, "run-b", 2, func(commit time.Time) time.Time { return commit.Add(2 * time.Hour) })
 	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy})
 	require.NoError(t, err)
-	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleDocumentTime, h, p), "%v", rep.Findings)
-	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleUntrustedSigner, h, p), "%v", rep.Findings)
+	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleDocumentTime, h, p), "want a document-time finding for the postdated receipt; got %v", rep.Findings)
+	assert.NotEmpty(t, withRule(rep.Findings, audit.RuleUntrustedSigner, h, p), "want the receipt's key judged at its stated time; got %v", rep.Findings)
 	run, err := audit.Verify(t.Context(), audit.VerifyOptions{Repo: c.Dir, Run: "run-b", Policy: policy})
 	require.NoError(t, err)
 	assert.NotEmpty(t, withRule(run.Findings, audit.RuleDocumentTime, h, p), "%v", run.Findings)
@@ -144,7 +144,7 @@ func TestFinding2BackdatedCommitAfterRevocation(t *testing.T) {
 		rep, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy})
 		require.NoError(t, err)
 		got := withRule(rep.Findings, audit.RuleCommitSignature, h, "")
-		require.Len(t, got, 1, "%v", rep.Findings)
+		require.Len(t, got, 1, "want the commit after the anchor refused; got %v", rep.Findings)
 		assert.Contains(t, got[0].Message, "revoked after commit "+tip[:12])
 		assert.Empty(t, withRule(rep.Findings, audit.RuleCommitSignature, tip, ""), "the anchor itself still counts")
 	})
@@ -164,7 +164,7 @@ func TestFinding2BackdatedCommitAfterRevocation(t *testing.T) {
 		require.NoError(t, err)
 		rep, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy})
 		require.NoError(t, err)
-		assert.NotEmpty(t, withRule(rep.Findings, audit.RuleUntrustedSigner, landed, pb), "%v", rep.Findings)
+		assert.NotEmpty(t, withRule(rep.Findings, audit.RuleUntrustedSigner, landed, pb), "want run-b's receipt refused; got %v", rep.Findings)
 		assert.Empty(t, withRule(rep.Findings, audit.RuleUntrustedSigner, "", pa), "run-a was signed before the anchor")
 		run, err := audit.Verify(ctx, audit.VerifyOptions{Repo: c.Dir, Run: "run-b", Policy: policy})
 		require.NoError(t, err)

@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"slices"
+	"time"
 
 	"signet.dev/signet/specs"
 )
@@ -110,4 +111,32 @@ func Summarize(adm *Admission, checks []*CheckDoc, canceled bool) RunEvidence {
 		ev.Nodes = append(ev.Nodes, NodeSummary{Node: p.Node, Verdict: nv})
 	}
 	return ev
+}
+
+// StatedTimes returns the times a document's predicate (a pointer to one
+// of the predicate types) states about its own writing: an admission's
+// admittedAt, an intent's createdAt, a check's startedAt and endedAt, the
+// run evidence's endedAt, a cancel's or release's at and a receipt's at.
+// Deadlines are left out (they lie ahead by design), and so are zero times
+// (not recorded: an interrupted check has no start or end). The writer
+// reads each of them from its clock before it commits the document, so
+// none is later than the commit's time; the audit requires exactly that
+// (rule document-time) and judges the signing key at the latest of them.
+func StatedTimes(predicate any) []time.Time {
+	var ts []time.Time
+	switch p := predicate.(type) {
+	case *Admission:
+		ts = []time.Time{p.AdmittedAt}
+	case *CheckIntent:
+		ts = []time.Time{p.CreatedAt}
+	case *CheckEvidence:
+		ts = []time.Time{p.StartedAt, p.EndedAt}
+	case *RunEvidence:
+		ts = []time.Time{p.EndedAt}
+	case *Action:
+		ts = []time.Time{p.At}
+	case *Receipt:
+		ts = []time.Time{p.At}
+	}
+	return slices.DeleteFunc(ts, time.Time.IsZero)
 }

@@ -54,6 +54,9 @@ type trustedKey struct {
 	notAfter  time.Time // zero: no upper bound
 	revoked   bool
 	revokedAt time.Time // zero: not revoked at a time
+	// revokedAfterCommit: the evidence commit after which (in first-parent
+	// order) nothing the key signed counts; "" when none.
+	revokedAfterCommit string
 }
 
 // The document as written. Times are strings so that errors can name them.
@@ -86,6 +89,10 @@ type TrustedKeySpec struct {
 	NotAfter  string `yaml:"notAfter,omitempty" json:"notAfter,omitempty"`
 	Revoked   bool   `yaml:"revoked,omitempty" json:"revoked,omitempty"`
 	RevokedAt string `yaml:"revokedAt,omitempty" json:"revokedAt,omitempty"`
+	// RevokedAfterCommit is the hash (40 lowercase hex) of an evidence
+	// commit: the audit refuses whatever the key signed after it in the
+	// branch's first-parent order, whatever times it states.
+	RevokedAfterCommit string `yaml:"revokedAfterCommit,omitempty" json:"revokedAfterCommit,omitempty"`
 }
 
 // Thresholds is the number of distinct valid approver keys each kind and
@@ -265,6 +272,10 @@ func newTrustPolicy(doc trustPolicyDoc) (*TrustPolicy, error) {
 		if tk.revokedAt, err = parseTime(f+".revokedAt", ks.RevokedAt); err != nil {
 			return nil, err
 		}
+		if ks.RevokedAfterCommit != "" && !commitHashRE.MatchString(ks.RevokedAfterCommit) {
+			return nil, fmt.Errorf("%s.revokedAfterCommit: %q is not a commit hash (40 lowercase hex)", f, ks.RevokedAfterCommit)
+		}
+		tk.revokedAfterCommit = ks.RevokedAfterCommit
 		if !tk.notBefore.IsZero() && !tk.notAfter.IsZero() && !tk.notBefore.Before(tk.notAfter) {
 			return nil, fmt.Errorf("%s: notBefore %s is not before notAfter %s", f, ks.NotBefore, ks.NotAfter)
 		}
@@ -467,4 +478,17 @@ func (p *TrustPolicy) MarshalYAML() ([]byte, error) {
 		return nil, fmt.Errorf("encoding trust policy: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+var commitHashRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// RevokedAfterCommit returns the evidence commit (hex) after which, in
+// first-parent order, nothing key id signed counts; "" when the policy
+// names none. It is not a time: KeyValidAt does not apply it; the audit
+// does, by the branch's own order, which a signer cannot backdate.
+func (p *TrustPolicy) RevokedAfterCommit(id string) string {
+	if k := p.keys[id]; k != nil {
+		return k.revokedAfterCommit
+	}
+	return ""
 }

@@ -150,6 +150,9 @@ type auditor struct {
 	// (Verify, one run); a whole-branch audit reports only the ones that
 	// fail, as findings.
 	bindings bool
+	// older is the first-parent commit just before those read, when the
+	// history was read back to a run directory's first commit only.
+	older plumbing.Hash
 }
 
 // closedRunBatch is how many runs with a receipt the replay lets

@@ -1,7 +1,10 @@
 // Package audit proves what an evidence branch says (DESIGN §6): that its
 // history is append-only and first-parent linear with commits signed by
-// evidence signers, that every document is signed by a key allowed to sign
-// evidence and valid when it was committed, that every digest binding
+// evidence signers and committer times that never decrease, that every
+// document is signed by a key allowed to sign evidence and valid at the
+// later of its commit's time and the times it states (none later than
+// its commit's) and not after its key's revocation anchor, that every
+// digest binding
 // holds, that each run's documents landed in lifecycle order and add up
 // (the run evidence is exactly evidence.Summarize of its checks), that
 // admissions, cancels and releases are backed by approvals meeting the

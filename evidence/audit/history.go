@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -41,6 +42,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 				return err
 			}
 			if tree.IsZero() {
+				a.older = h
 				break
 			}
 		}
@@ -62,7 +64,24 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		a.byHash[c.hash] = c
 	}
 	a.commits = chain
-	return nil
+	a.checkCommitTimes()
+	return a.resolveAnchors(ctx)
+}
+
+// checkCommitTimes: committer times never decrease along the first-parent
+// history. Keys are judged at a commit's time (and its documents'), so a
+// commit stamped before its parent would let a revoked key sign with a
+// time from before its revocation. Equal times are fine: git stamps whole
+// seconds and several commits land in one.
+func (a *auditor) checkCommitTimes() {
+	for i := 1; i < len(a.commits); i++ {
+		prev, c := a.commits[i-1], a.commits[i]
+		if c.when.Before(prev.when) {
+			a.add(Finding{Rule: RuleCommitTimeOrder, Commit: c.hash.String(),
+				Message: fmt.Sprintf("committer time %s is before its parent %s's (%s): committer times on the evidence branch never decrease",
+					c.when.UTC().Format(time.RFC3339), shortHash(prev.hash.String()), prev.when.UTC().Format(time.RFC3339))})
+		}
+	}
 }
 
 // replay diffs each commit's tree (of dir) against its parent's, reading
@@ -93,6 +112,8 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 	for _, c := range a.commits {
 		if r := c.sigErr; r.err != nil {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: refusalMessage(r.err).Error()})
+		} else if why := a.pool.revokedAfterAnchor(r.key, c); why != "" {
+			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: why})
 		}
 	}
 	return nil
@@ -359,4 +380,74 @@ func classify(p string) int {
 func runOfPath(p string) string {
 	rp, _ := evidence.ParsePath(p)
 	return rp.Run
+}
+
+// resolveAnchors finds, for every evidence signer the trust policy
+// revokes after a commit (revokedAfterCommit), that commit's place in the
+// first-parent history, and hands them to the pool. An anchor older than
+// the commits read (Verify reads only a run directory's history) is
+// looked for further back, reading commit headers only. An anchor that
+// is not on the history at all is a finding, and the key then counts
+// nowhere: what it signed cannot be placed before or after it.
+func (a *auditor) resolveAnchors(ctx context.Context) error {
+	for _, k := range a.policy.EvidenceSigners() {
+		id := k.KeyID()
+		anchor := a.policy.RevokedAfterCommit(id)
+		if anchor == "" {
+			continue
+		}
+		h := plumbing.NewHash(anchor)
+		if c, ok := a.byHash[h]; ok {
+			a.pool.revokedAfter[id] = c.index
+			continue
+		}
+		a.pool.revokedAfter[id] = -1 // before every commit read
+		found, err := a.olderHas(ctx, h)
+		if err != nil {
+			return err
+		}
+		if !found {
+			a.add(Finding{Rule: RuleRevocationAnchor, Commit: anchor,
+				Message: fmt.Sprintf("the trust policy revokes key %s after commit %s, which is not on the first-parent history of %s: nothing the key signed counts", shortHash(id), shortHash(anchor), a.branch)})
+		}
+	}
+	return nil
+}
+
+// olderHas reports whether h is a first-parent ancestor of the oldest
+// commit read (a.older and before).
+func (a *auditor) olderHas(ctx context.Context, h plumbing.Hash) (bool, error) {
+	for c := a.older; !c.IsZero(); {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if c == h {
+			return true, nil
+		}
+		raw, err := readRaw(a.rd, plumbing.CommitObject, c)
+		if err != nil {
+			return false, err
+		}
+		hdr, err := gitobj.ParseCommitHeader(raw)
+		if err != nil {
+			return false, fmt.Errorf("evidence: could not decode commit %s: %w", c, err)
+		}
+		if len(hdr.Parents) == 0 {
+			break
+		}
+		c = hdr.Parents[0]
+	}
+	return false, nil
+}
+
+// revokedAfterAnchor returns why key id, which signed in commit c, does
+// not count there: c comes after the commit the trust policy revokes it
+// after. It returns "" when the key counts.
+func (vp *verifyPool) revokedAfterAnchor(id string, c *commitInfo) string {
+	i, ok := vp.revokedAfter[id]
+	if !ok || c.index <= i {
+		return ""
+	}
+	anchor := vp.policy.RevokedAfterCommit(id)
+	return fmt.Sprintf("key %s is revoked after commit %s (trust policy revokedAfterCommit), and this was committed after it in first-parent order", shortHash(id), shortHash(anchor))
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -46,6 +47,10 @@ type verifyPool struct {
 	approvals map[plumbing.Hash]*approvalResult // identical approval copies are parsed and checked once
 	errMu     sync.Mutex
 	err       error // the first read error of a worker
+	// revokedAfter is, per evidence key the trust policy revokes after a
+	// commit, that commit's index in the history (-1: before every commit
+	// read). Set before the replay, read-only after.
+	revokedAfter map[string]int
 }
 
 type approvalResult struct {
@@ -56,7 +61,7 @@ type approvalResult struct {
 
 func newVerifyPool(rd BranchReader, p *signing.TrustPolicy, n int) *verifyPool {
 	vp := &verifyPool{policy: p, signers: p.Signers(signing.RoleEvidenceSigner), objs: rd, reads: rd.Concurrent(),
-		jobs: make(chan func(), 1024), approvals: map[plumbing.Hash]*approvalResult{}}
+		jobs: make(chan func(), 1024), approvals: map[plumbing.Hash]*approvalResult{}, revokedAfter: map[string]int{}}
 	for range n {
 		vp.workers.Go(func() {
 			for j := range vp.jobs {
@@ -149,7 +154,22 @@ func (vp *verifyPool) submitDoc(f *fileRec, data []byte) {
 			f.doc.rule, f.doc.err = refusalRule(err), refusalMessage(err)
 			return
 		}
-		f.doc.statement, f.doc.keys = v.Statement, v.Keys
+		keys, why := v.Keys, []string(nil)
+		if len(vp.revokedAfter) > 0 {
+			keys = nil
+			for _, k := range v.Keys {
+				if r := vp.revokedAfterAnchor(k, f.commit); r != "" {
+					why = append(why, r)
+					continue
+				}
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			f.doc.rule, f.doc.err = RuleUntrustedSigner, errors.New(strings.Join(why, "; "))
+			return
+		}
+		f.doc.statement, f.doc.keys = v.Statement, keys
 	})
 }
 

@@ -66,6 +66,19 @@ const (
 	// RuleHistoryRewritten: the branch does not descend from the commit
 	// pinned with Options.Since.
 	RuleHistoryRewritten = "history-rewritten"
+	// RuleCommitTimeOrder: a commit of the first-parent history has a
+	// committer time before its parent's: time on the branch never runs
+	// backwards, so a key cannot be judged at a backdated commit.
+	RuleCommitTimeOrder = "commit-time-order"
+	// RuleDocumentTime: a time a document states (admittedAt, createdAt,
+	// startedAt, endedAt, at) is later than the committer time of the
+	// commit that added it, compared in whole seconds: a document is
+	// written before it is committed.
+	RuleDocumentTime = "document-time"
+	// RuleRevocationAnchor: a key's revokedAfterCommit names a commit that
+	// is not on the audited first-parent history; the key's signatures
+	// then count nowhere on the branch.
+	RuleRevocationAnchor = "revocation-anchor"
 )
 
 // Finding is one problem the audit found. Run and Path are empty when the

@@ -113,7 +113,42 @@ func (r *runAudit) decode(rel string, f *fileRec, want string, v any) bool {
 		r.add(RulePredicate, rel, fmt.Sprintf("predicate does not decode as %s: %v", want, err))
 		return false
 	}
-	return true
+	return r.checkTimes(rel, f, v)
+}
+
+// checkTimes holds document f (at rel, its predicate decoded into v) to
+// the times it states (evidence.StatedTimes): none may be later than the
+// committer time of the commit that added f, compared in whole seconds
+// (a committer time has none of the fraction the document's time may
+// have: a time in the commit's second passes), and a key that signed f
+// counts only when valid at the latest of them and the commit's time.
+// It returns false when no key that signed f is: f then does not count.
+func (r *runAudit) checkTimes(rel string, f *fileRec, v any) bool {
+	commit := f.commit.when
+	latest := commit
+	for _, t := range evidence.StatedTimes(v) {
+		if t.Truncate(time.Second).After(commit) {
+			r.add(RuleDocumentTime, rel, fmt.Sprintf("states the time %s, after the committer time %s of the commit that added it: a document is written before it is committed",
+				t.UTC().Format(time.RFC3339Nano), commit.UTC().Format(time.RFC3339)))
+		}
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	if latest.Equal(commit) {
+		return true // the pool judged the keys at the commit's time
+	}
+	var why []string
+	for _, k := range f.doc.keys {
+		w := r.a.policy.KeyValidAt(k, latest)
+		if w == "" {
+			return true
+		}
+		why = append(why, w)
+	}
+	r.add(RuleUntrustedSigner, rel, fmt.Sprintf("%s (judged at the time the document states, %s, later than its commit's)", strings.Join(why, "; "), latest.UTC().Format(time.RFC3339Nano)))
+	r.unverified = true
+	return false
 }
 
 // bind checks that the document at from binds the file at p by digest d.

@@ -211,7 +211,11 @@ func (b *Builder) add(out []byte, dir string, ch change) ([]byte, error) {
 // Commit builds the tree of parent (none when zero) plus c and a commit
 // over it by who, signed by sign in the gpgsig header, and returns the
 // commit's hash. A path of c that parent's tree holds fails with
-// ErrExists; nothing the builder made is then to be used.
+// ErrExists; nothing the builder made is then to be used. The commit is
+// never stamped before its parent: who.When is raised to the parent's
+// committer time when it is earlier (another writer's clock ahead of
+// ours, or ours stepped back), so that committer times never decrease
+// along the first-parent history (the audit's commit-time-order).
 func (b *Builder) Commit(parent plumbing.Hash, c *Changes, msg string, who object.Signature, sign SignFunc) (plumbing.Hash, error) {
 	var baseTree plumbing.Hash
 	var parents []plumbing.Hash
@@ -225,6 +229,9 @@ func (b *Builder) Commit(parent plumbing.Hash, c *Changes, msg string, who objec
 			return plumbing.ZeroHash, fmt.Errorf("gitobj: read parent %s: %w", parent, err)
 		}
 		baseTree, parents = pc.Tree, []plumbing.Hash{parent}
+		if who.When.Before(pc.When) {
+			who.When = pc.When.In(who.When.Location())
+		}
 	}
 	root, err := b.tree(baseTree, "", c)
 	if err != nil {

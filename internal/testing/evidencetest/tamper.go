@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"signet.dev/signet/signing"
 )
@@ -174,6 +176,37 @@ func (c *Copy) Append(changes map[string][]byte) (string, error) {
 	}
 	_, err = c.Git("update-ref", "refs/heads/"+Branch, h, tip)
 	return h, err
+}
+
+// AppendDated is Append with the commit's author and committer times set
+// to when (GIT_AUTHOR_DATE, GIT_COMMITTER_DATE): a commit whose time says
+// what its signer chose, signed by the reconciler's key. Empty changes
+// make a commit of the tip's tree.
+func (c *Copy) AppendDated(when time.Time, changes map[string][]byte) (string, error) {
+	tip, err := c.Tip()
+	if err != nil {
+		return "", err
+	}
+	date := when.UTC().Format(time.RFC3339)
+	h, err := c.commit(tip, tip, changes, "tamper: append dated\n", []string{"GIT_AUTHOR_DATE=" + date, "GIT_COMMITTER_DATE=" + date})
+	if err != nil {
+		return "", err
+	}
+	_, err = c.Git("update-ref", "refs/heads/"+Branch, h, tip)
+	return h, err
+}
+
+// CommitTime returns the committer time of commit h.
+func (c *Copy) CommitTime(h string) (time.Time, error) {
+	out, err := c.Git("log", "-1", "--format=%ct", h)
+	if err != nil {
+		return time.Time{}, err
+	}
+	sec, err := strconv.ParseInt(out, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("committer time of %s: %q: %w", h, out, err)
+	}
+	return time.Unix(sec, 0), nil
 }
 
 // Rewrite replays the branch from commit at (inclusive) to the tip with

@@ -235,7 +235,16 @@ func parseLoose(raw []byte, limit int64) (plumbing.ObjectType, []byte, error) {
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
 	}
-	size, err := strconv.ParseInt(string(hdr[sp+1:nul]), 10, 64)
+	if t != plumbing.BlobObject && t != plumbing.TreeObject && t != plumbing.CommitObject && t != plumbing.TagObject {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object of type %s", t)
+	}
+	// The size is canonical decimal, as git reads it: digits only, no sign,
+	// no leading zero ("04" names no size git would write).
+	digits := hdr[sp+1 : nul]
+	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) || bytes.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return plumbing.InvalidObject, nil, errors.New("malformed size")
+	}
+	size, err := strconv.ParseInt(string(digits), 10, 64)
 	if err != nil || size < 0 {
 		return plumbing.InvalidObject, nil, errors.New("malformed size")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/testing/gittest"
@@ -205,5 +206,41 @@ func TestParsePackIndexRefusesMalformed(t *testing.T) {
 	} {
 		_, err := parsePackIndex(b)
 		require.Error(t, err, name)
+	}
+}
+
+// TestParseLooseRefusesHeadersGitRefuses holds the loose-object header to
+// what git itself writes and reads: one of the four object types, and a
+// size in canonical decimal (FuzzParseLoose found "blob 04" read as 4).
+func TestParseLooseRefusesHeadersGitRefuses(t *testing.T) {
+	zip := func(s string) []byte {
+		var z bytes.Buffer
+		zw := zlib.NewWriter(&z)
+		zw.Write([]byte(s))
+		zw.Close()
+		return z.Bytes()
+	}
+	for name, raw := range map[string]string{
+		"leading zero":    "blob 04\x00abcd",
+		"plus sign":       "blob +4\x00abcd",
+		"empty size":      "blob \x00",
+		"delta type":      "ofs-delta 4\x00abcd",
+		"space in size":   "blob 4 \x00abcd",
+		"negative":        "blob -1\x00",
+		"no separator":    "blob4\x00abcd",
+		"size too long":   "blob 5\x00abcd",
+		"hex size":        "blob 0x4\x00abcd",
+		"leading zero 00": "blob 00\x00",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := parseLoose(zip(raw), 0)
+			assert.Error(t, err, "a loose header git would refuse must be refused")
+		})
+	}
+	for _, ok := range []string{"blob 0\x00", "blob 4\x00abcd", "tree 0\x00", "commit 10\x000123456789"} {
+		typ, data, err := parseLoose(zip(ok), 0)
+		require.NoError(t, err, "%q", ok)
+		assert.Equal(t, ok[strings.IndexByte(ok, 0)+1:], string(data))
+		assert.Equal(t, ok[:strings.IndexByte(ok, ' ')], typ.String())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -325,4 +326,50 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestFinding7NowSendsTriggerToken: `signet reconcile --now` sends the
+// trigger's bearer token (from --token-file, or the config's
+// triggerTokenFile), and without one refuses before connecting.
+func TestFinding7NowSendsTriggerToken(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		got = append(got, req.Method+" "+req.URL.Path+" "+req.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "trigger-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("the-trigger-token\n"), 0o600))
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `apiVersion: signet.dev/v1alpha1
+kind: ReconcilerConfig
+cluster: c
+spec: {url: /nowhere}
+trustPolicy: /t
+signingKey: /k
+stateDir: /s
+listen: %s
+triggerTokenFile: %s
+backends: {local: {enabled: false}}
+`, addr, tokenFile), 0o600))
+
+	out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--addr", addr).CombinedOutput()
+	require.Error(t, err, "--now without a token: %s", out)
+	assert.Contains(t, string(out), "--now needs the trigger token")
+	mu.Lock()
+	assert.Empty(t, got, "--now without a token sent a request")
+	mu.Unlock()
+
+	for _, args := range [][]string{{"--addr", addr, "--token-file", tokenFile}, {"--config", config}} {
+		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), append([]string{"reconcile", "--now"}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"POST /reconcile Bearer the-trigger-token", "POST /reconcile Bearer the-trigger-token"}, got)
 }

@@ -5,23 +5,29 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -529,4 +535,97 @@ func canI(t *testing.T, kubectl, kubeconfig string) {
 			}
 		})
 	}
+}
+
+// decode converts a rendered object into its typed form.
+func decode(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	b, err := json.Marshal(u.Object)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, into))
+}
+
+// port returns the port of a listen address as a number.
+func port(t *testing.T, field, addr string) int32 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	require.NoError(t, err, "%s: %q", field, addr)
+	n, err := strconv.ParseInt(p, 10, 32)
+	require.NoError(t, err, "%s: %q", field, addr)
+	return int32(n)
+}
+
+// TestFinding7ShippedDaemonExposure renders deploy/base and checks what
+// of the daemon the shipped manifests expose: status and the trigger on
+// loopback with a trigger token, a NetworkPolicy that admits the webhook
+// and metrics ports and nothing else, the probes on their own port, and
+// every secret the configuration names mounted.
+func TestFinding7ShippedDaemonExposure(t *testing.T) {
+	objs := render(t)
+	cm := find(t, objs, "ConfigMap", systemNS, "signet-config")
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(data), 0o600))
+	cfg, err := reconciler.LoadConfig(file)
+	require.NoError(t, err)
+
+	var dep appsv1.Deployment
+	decode(t, find(t, objs, "Deployment", systemNS, "signet-reconciler"), &dep)
+	require.Len(t, dep.Spec.Template.Spec.Containers, 1)
+	c := dep.Spec.Template.Spec.Containers[0]
+	t.Run("status and trigger on loopback, with a token", func(t *testing.T) {
+		host, _, err := net.SplitHostPort(cfg.Listen)
+		require.NoError(t, err)
+		ip := net.ParseIP(host)
+		assert.True(t, host == "localhost" || (ip != nil && ip.IsLoopback()), "listen: %q is not loopback", cfg.Listen)
+		assert.NotEmpty(t, cfg.TriggerTokenFile, "triggerTokenFile")
+		assert.NotEmpty(t, cfg.Webhook.GitHubSecretFile+cfg.Webhook.GitLabTokenFile, "a webhook receiver")
+	})
+	webhook, metrics, probe := port(t, "webhook.listen", cfg.Webhook.Listen), port(t, "metricsListen", cfg.MetricsListen), port(t, "probeListen", cfg.ProbeListen)
+
+	t.Run("network policy admits webhook and metrics only", func(t *testing.T) {
+		var np networkingv1.NetworkPolicy
+		decode(t, find(t, objs, "NetworkPolicy", systemNS, "signet-reconciler"), &np)
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		require.NoError(t, err)
+		assert.False(t, sel.Empty(), "the policy selects every pod of the namespace")
+		assert.True(t, sel.Matches(labels.Set(dep.Spec.Template.Labels)), "the policy does not select the reconciler's pod")
+		assert.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
+		var admitted []int32
+		for _, rule := range np.Spec.Ingress {
+			require.NotEmpty(t, rule.Ports, "an ingress rule without ports admits every port")
+			for _, p := range rule.Ports {
+				require.NotNil(t, p.Port)
+				require.Nil(t, p.EndPort, "a port range")
+				require.Equal(t, intstr.Int, p.Port.Type, "port %s: name it by number, as config.yaml does", p.Port)
+				admitted = append(admitted, p.Port.IntVal)
+			}
+		}
+		assert.ElementsMatch(t, []int32{webhook, metrics}, admitted)
+	})
+	t.Run("container ports and probes", func(t *testing.T) {
+		var ports []int32
+		named := map[string]int32{}
+		for _, p := range c.Ports {
+			ports = append(ports, p.ContainerPort)
+			named[p.Name] = p.ContainerPort
+		}
+		assert.ElementsMatch(t, []int32{webhook, metrics, probe}, ports)
+		for name, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			require.NotNil(t, pr, name)
+			require.NotNil(t, pr.HTTPGet, name)
+			p := pr.HTTPGet.Port.IntVal
+			if pr.HTTPGet.Port.Type == intstr.String {
+				p = named[pr.HTTPGet.Port.StrVal]
+			}
+			assert.Equal(t, probe, p, "%s probe is not on probeListen", name)
+		}
+	})
+	t.Run("secrets named in the config are mounted", func(t *testing.T) {
+		for field, f := range map[string]string{"triggerTokenFile": cfg.TriggerTokenFile, "webhook.githubSecretFile": cfg.Webhook.GitHubSecretFile} {
+			assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return filepath.Dir(f) == m.MountPath
+			}), "%s: %s is on no volume", field, f)
+		}
+	})
 }

@@ -3,8 +3,10 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,9 +44,19 @@ type Config struct {
 	StateDir string `json:"stateDir"`
 	// Interval between polls of the spec repository ("60s").
 	Interval specs.Seconds `json:"interval,omitempty"`
-	// Listen is the address of /healthz, /readyz, /metrics, /status, the
-	// webhook receivers and the reconcile trigger ("127.0.0.1:8080").
+	// Listen is the address of /healthz, /readyz, /status and POST
+	// /reconcile (default DefaultListen, loopback).
 	Listen string `json:"listen,omitempty"`
+	// ProbeListen, when set, is the address of /healthz and /readyz only:
+	// the kubelet's probes reach the pod IP, not loopback.
+	ProbeListen string `json:"probeListen,omitempty"`
+	// MetricsListen, when set, is the address of /metrics only; unset, no
+	// metrics are served.
+	MetricsListen string `json:"metricsListen,omitempty"`
+	// TriggerTokenFile holds the bearer token POST /reconcile (and
+	// `signet reconcile --now`) must present; unset, the trigger answers
+	// 404.
+	TriggerTokenFile string `json:"triggerTokenFile,omitempty"`
 	// Webhook configures push-event receivers.
 	Webhook WebhookConfig `json:"webhook,omitempty"`
 	// Backends enables backends; none is on by default.
@@ -72,8 +84,11 @@ type EvidenceConfig struct {
 	SourceConfig `json:",inline"`
 }
 
-// WebhookConfig holds the secrets of the push-event receivers.
+// WebhookConfig is the listener and the secrets of the push-event
+// receivers. A receiver is served only with its secret; Listen is required
+// with either secret, and refused without one.
 type WebhookConfig struct {
+	Listen           string `json:"listen,omitempty"`
 	GitHubSecretFile string `json:"githubSecretFile,omitempty"`
 	GitLabTokenFile  string `json:"gitlabTokenFile,omitempty"`
 }
@@ -195,12 +210,59 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("kubernetes.leaderElection: namespace %q and name %q must be set (namespace a DNS label)", le.Namespace, le.Name))
 		}
 	}
+	errs = append(errs, c.validateListeners()...)
 	for i, hp := range c.Ceiling.HostPaths {
 		if !path.IsAbs(hp) || path.Clean(hp) != hp {
 			errs = append(errs, fmt.Errorf("ceiling.hostPaths[%d]: %q is not an absolute clean path", i, hp))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateListeners checks every listen address and that no two
+// listeners share one.
+func (c *Config) validateListeners() []error {
+	var errs []error
+	seen := map[string]string{}
+	for _, l := range []struct{ field, addr string }{
+		{"listen", c.Listen}, {"probeListen", c.ProbeListen}, {"metricsListen", c.MetricsListen}, {"webhook.listen", c.Webhook.Listen},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		if err := checkListenAddr(l.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q %w", l.field, l.addr, err))
+			continue
+		}
+		if other, ok := seen[l.addr]; ok && !strings.HasSuffix(l.addr, ":0") {
+			errs = append(errs, fmt.Errorf("%s: %q is also %s", l.field, l.addr, other))
+		}
+		seen[l.addr] = l.field
+	}
+	hooks := c.Webhook.GitHubSecretFile != "" || c.Webhook.GitLabTokenFile != ""
+	switch {
+	case hooks && c.Webhook.Listen == "":
+		errs = append(errs, errors.New(`webhook.listen: "" but a receiver is configured (webhook.githubSecretFile or webhook.gitlabTokenFile): set the address its requests arrive on`))
+	case !hooks && c.Webhook.Listen != "":
+		errs = append(errs, fmt.Errorf("webhook.listen: %q serves no receiver: set webhook.githubSecretFile or webhook.gitlabTokenFile", c.Webhook.Listen))
+	}
+	return errs
+}
+
+// checkListenAddr accepts "host:port" with a numeric port and a host that
+// is empty, an IP address or "localhost".
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New(`is not "host:port"`)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("has port %q, not a number from 0 to 65535", port)
+	}
+	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		return fmt.Errorf("has host %q, not an IP address or localhost", host)
+	}
+	return nil
 }
 
 // withDefaults fills the documented defaults.

@@ -1,5 +1,6 @@
 package reconciler
 
-// DefaultListen is the daemon's default listen address: loopback only, since
-// POST /reconcile is unauthenticated.
+// DefaultListen is the daemon's default listen address (health, readiness,
+// status and the reconcile trigger): loopback only, since /status shows
+// every object and run.
 const DefaultListen = "127.0.0.1:8080"

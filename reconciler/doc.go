@@ -19,5 +19,9 @@
 //     durable on the evidence branch, create a check's backend twice, or
 //     trust a record it reads back that its own key did not sign;
 //   - read the spec repository's current state for a run already
-//     admitted: a run is built from its admission record and intents.
+//     admitted: a run is built from its admission record and intents;
+//   - start a pass for a trigger (POST /reconcile, a webhook) that does
+//     not carry its token or signature, keep more than one triggered pass
+//     pending, or serve a request on a listener without read, write and
+//     idle timeouts and a header bound (server.go).
 package reconciler

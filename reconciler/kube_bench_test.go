@@ -251,7 +251,9 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 
 	cfg := e.kubeConfig(w)
 	cfg.Interval = 3600 // only the benchmark's triggers make passes
-	cfg.Listen = freeListen(b)
+	cfg.Listen, cfg.MetricsListen = freeListen(b), freeListen(b)
+	cfg.TriggerTokenFile = filepath.Join(b.TempDir(), "trigger-token")
+	require.NoError(b, os.WriteFile(cfg.TriggerTokenFile, []byte("bench-trigger\n"), 0o600))
 	d := startReconcileDaemon(b, cfg)
 
 	var wall, admit time.Duration
@@ -368,8 +370,10 @@ type reconcileDaemon struct {
 	b    *testing.B
 	cmd  *exec.Cmd
 	addr string
-	done chan struct{}
-	err  error
+	// metrics is the metrics listener; token the trigger's bearer token.
+	metrics, token string
+	done           chan struct{}
+	err            error
 }
 
 // startReconcileDaemon writes cfg to a file, starts the daemon on it and
@@ -386,7 +390,9 @@ func startReconcileDaemon(b *testing.B, cfg *reconciler.Config) *reconcileDaemon
 	require.NoError(b, err, "the daemon's config")
 	logFile, err := os.Create(filepath.Join(dir, "daemon.log"))
 	require.NoError(b, err)
-	d := &reconcileDaemon{b: b, addr: cfg.Listen, done: make(chan struct{})}
+	token, err := os.ReadFile(cfg.TriggerTokenFile)
+	require.NoError(b, err)
+	d := &reconcileDaemon{b: b, addr: cfg.Listen, metrics: cfg.MetricsListen, token: strings.TrimSpace(string(token)), done: make(chan struct{})}
 	d.cmd = exec.Command(testenv.Signet(b), "reconcile", "--config", file)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	require.NoError(b, d.cmd.Start())
@@ -437,7 +443,11 @@ func (d *reconcileDaemon) get(p string) int {
 
 func (d *reconcileDaemon) body(p string) []byte {
 	d.b.Helper()
-	resp, err := http.Get("http://" + d.addr + p)
+	addr := d.addr
+	if p == "/metrics" {
+		addr = d.metrics
+	}
+	resp, err := http.Get("http://" + addr + p)
 	require.NoError(d.b, err)
 	defer resp.Body.Close()
 	require.Equal(d.b, http.StatusOK, resp.StatusCode, p)
@@ -448,7 +458,10 @@ func (d *reconcileDaemon) body(p string) []byte {
 
 func (d *reconcileDaemon) trigger() {
 	d.b.Helper()
-	resp, err := http.Post("http://"+d.addr+"/reconcile", "", nil)
+	req, err := http.NewRequest(http.MethodPost, "http://"+d.addr+"/reconcile", nil)
+	require.NoError(d.b, err)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(d.b, err)
 	resp.Body.Close()
 	require.Equal(d.b, http.StatusAccepted, resp.StatusCode)

@@ -307,7 +307,7 @@ func (r *Reconciler) nodesFreed() {
 	r.mu.Lock()
 	r.dirty = true
 	r.mu.Unlock()
-	r.Trigger()
+	r.wakeUp()
 }
 
 func short(rev string) string {

@@ -46,7 +46,10 @@ type Reconciler struct {
 	stopRuns context.CancelFunc
 	wg       sync.WaitGroup
 	ready    bool
-	trigger  chan struct{}
+	// trigger holds at most one pending pass asked for from outside
+	// (Trigger); wake one asked for by the reconciler itself (wake).
+	trigger chan struct{}
+	wake    chan struct{}
 }
 
 // SpecSource is where the reconciler reads specs from: one Git repository.
@@ -118,7 +121,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
-		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1),
+		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -128,8 +131,12 @@ func (r *Reconciler) observe(e Event) {
 	}
 }
 
-// Start runs the poll loop until ctx ends: a reconcile every interval and
-// whenever Trigger is called.
+// TriggerGap is the least time from the start of one pass to the start
+// of a pass asked for by Trigger.
+const TriggerGap = time.Second
+
+// Start runs the poll loop until ctx ends: a reconcile every interval,
+// after a run frees nodes or finishes, and when Trigger is called.
 func (r *Reconciler) Start(ctx context.Context) {
 	r.wg.Add(1)
 	go func() {
@@ -137,6 +144,7 @@ func (r *Reconciler) Start(ctx context.Context) {
 		t := time.NewTicker(r.cfg.interval())
 		defer t.Stop()
 		for {
+			started := time.Now()
 			if _, err := r.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
 				r.log.Error("reconcile failed", "error", err)
 			}
@@ -144,17 +152,47 @@ func (r *Reconciler) Start(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-r.wake:
 			case <-r.trigger:
+				if !sleep(ctx, time.Until(started.Add(TriggerGap))) {
+					return
+				}
 			}
 		}
 	}()
 }
 
-// Trigger asks the loop for a reconcile now (webhooks, `reconcile --now`).
+// Trigger asks the loop for a pass (webhooks, POST /reconcile). However
+// many calls arrive, at most one pass is pending, and it starts no sooner
+// than TriggerGap after the previous pass started.
 func (r *Reconciler) Trigger() {
 	select {
 	case r.trigger <- struct{}{}:
 	default:
+	}
+}
+
+// wakeUp asks the loop for a pass now: the reconciler's own changes (a
+// run finished, nodes freed) are not held back by TriggerGap.
+func (r *Reconciler) wakeUp() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -212,7 +250,7 @@ func (r *Reconciler) runFinished(rs *runState) {
 	r.mu.Lock()
 	r.dirty = true // a node may have been released: requests waiting for it can go on
 	r.mu.Unlock()
-	r.Trigger()
+	r.wakeUp()
 }
 
 // noopKey is what decides that a reconcile has nothing to do: the spec

@@ -79,15 +79,19 @@ type hygiene struct {
 	e                              *env
 	srv                            *gittest.Server
 	bareDir, specURL               string
-	token, passphrase, gh, gl      string
+	token, passphrase, gh, gl, tr  string
 	tokenFile, keyFile, phraseFile string
-	ghFile, glFile                 string
+	ghFile, glFile, trFile         string
 }
+
+// hygieneAddrs are a daemon's listeners: main (status, trigger), hooks
+// and metrics.
+type hygieneAddrs struct{ main, hooks, metrics string }
 
 func newHygiene(t *testing.T) *hygiene {
 	t.Helper()
 	h := &hygiene{e: newEnv(t),
-		token: secret(t, "tok"), passphrase: secret(t, "pass"), gh: secret(t, "ghs"), gl: secret(t, "gls")}
+		token: secret(t, "tok"), passphrase: secret(t, "pass"), gh: secret(t, "ghs"), gl: secret(t, "gls"), tr: secret(t, "trg")}
 	// The check prints its whole environment into the evidence logs: no
 	// secret may reach it.
 	h.e.repo.AddProfile("hyg", "", testenv.Check{Name: "env", Script: "env; result Pass; exit 0"})
@@ -114,24 +118,28 @@ func newHygiene(t *testing.T) *hygiene {
 	h.tokenFile = write("token", []byte(h.token+"\n"))
 	h.ghFile = write("github", []byte(h.gh+"\n"))
 	h.glFile = write("gitlab", []byte(h.gl+"\n"))
+	h.trFile = write("trigger", []byte(h.tr+"\n"))
 	return h
 }
 
 // config writes a daemon configuration that reads the spec repository and
 // writes evidence with the token in tokenFile, and returns its path and
-// listen address.
-func (h *hygiene) config(t *testing.T, tokenFile string) (file, addr string) {
+// listen addresses.
+func (h *hygiene) config(t *testing.T, tokenFile string) (file string, addr hygieneAddrs) {
 	return h.configURL(t, h.specURL, tokenFile)
 }
 
 // configURL is config with the spec URL given (it may carry credentials)
 // and no tokenFile line when tokenFile is empty.
-func (h *hygiene) configURL(t *testing.T, specURL, tokenFile string) (file, addr string) {
+func (h *hygiene) configURL(t *testing.T, specURL, tokenFile string) (file string, addr hygieneAddrs) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr = ln.Addr().String()
-	require.NoError(t, ln.Close())
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	addr = hygieneAddrs{main: free(), hooks: free(), metrics: free()}
 	tokenLine := ""
 	if tokenFile != "" {
 		tokenLine = "  tokenFile: " + tokenFile + "\n"
@@ -148,7 +156,10 @@ passphraseFile: %s
 stateDir: %s
 interval: 1s
 listen: %s
+metricsListen: %s
+triggerTokenFile: %s
 webhook:
+  listen: %s
   githubSecretFile: %s
   gitlabTokenFile: %s
 backends:
@@ -156,14 +167,14 @@ backends:
     enabled: true
     grace: 1s
 `, specs.APIVersion, reconciler.KindConfig, cluster, specURL, tokenLine, h.e.keys.TrustFile, h.keyFile, h.phraseFile,
-		filepath.Join(t.TempDir(), "state"), addr, h.ghFile, h.glFile)
+		filepath.Join(t.TempDir(), "state"), addr.main, addr.metrics, h.trFile, addr.hooks, h.ghFile, h.glFile)
 	file = filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(cfg), 0o600))
 	return file, addr
 }
 
 func (h *hygiene) secrets() map[string]string {
-	return map[string]string{"git token": h.token, "key passphrase": h.passphrase, "github webhook secret": h.gh, "gitlab webhook token": h.gl}
+	return map[string]string{"git token": h.token, "key passphrase": h.passphrase, "github webhook secret": h.gh, "gitlab webhook token": h.gl, "trigger token": h.tr}
 }
 
 // assertNoSecret fails for every form of every secret found in text.
@@ -214,8 +225,11 @@ func secretHygiene(t *testing.T, inURL bool) {
 		<-exited
 	})
 
-	base := "http://" + addr
 	get := func(p string) (int, string) {
+		base := "http://" + addr.main
+		if p == "/metrics" {
+			base = "http://" + addr.metrics
+		}
 		resp, err := http.Get(base + p)
 		if err != nil {
 			return 0, err.Error()
@@ -245,6 +259,10 @@ func secretHygiene(t *testing.T, inURL bool) {
 
 	post := func(p string, hdr map[string]string) (int, string) {
 		body := []byte(`{"ref":"refs/heads/main"}`)
+		base := "http://" + addr.hooks
+		if p == "/reconcile" {
+			base = "http://" + addr.main
+		}
 		req, err := http.NewRequest(http.MethodPost, base+p, bytes.NewReader(body))
 		require.NoError(t, err)
 		for k, v := range hdr {
@@ -268,6 +286,8 @@ func secretHygiene(t *testing.T, inURL bool) {
 		{"/hooks/github", map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + strings.Repeat("0", 64)}, http.StatusUnauthorized},
 		{"/hooks/gitlab", map[string]string{"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": h.gl}, http.StatusAccepted},
 		{"/hooks/gitlab", map[string]string{"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "not-" + h.gl[:8]}, http.StatusUnauthorized},
+		{"/reconcile", map[string]string{"Authorization": "Bearer " + h.tr}, http.StatusAccepted},
+		{"/reconcile", map[string]string{"Authorization": "Bearer not-" + h.tr[:8]}, http.StatusUnauthorized},
 	} {
 		code, body := post(tc.path, tc.hdr)
 		assert.Equal(t, tc.want, code, "%s %v: %s", tc.path, tc.hdr, body)
@@ -377,7 +397,7 @@ func (h *hygiene) assertRepoClean(t *testing.T, sec map[string]string) {
 // hold the secrets on purpose (and also).
 func (h *hygiene) assertDirClean(t *testing.T, dir string, sec map[string]string, also ...string) {
 	t.Helper()
-	skip := map[string]bool{h.tokenFile: true, h.phraseFile: true, h.ghFile: true, h.glFile: true}
+	skip := map[string]bool{h.tokenFile: true, h.phraseFile: true, h.ghFile: true, h.glFile: true, h.trFile: true}
 	for _, f := range also {
 		skip[f] = true
 	}

@@ -1,14 +1,20 @@
 package reconciler
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +23,18 @@ import (
 // MaxWebhookBytes bounds a webhook request body.
 const MaxWebhookBytes = 1 << 20
 
+// The bounds of every server the daemon runs (NewHTTPServer): a client
+// that sends its headers or its body slowly, reads the answer slowly or
+// holds an idle connection is cut off, and a request's headers are
+// bounded.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 10 * time.Second
+	WriteTimeout      = 30 * time.Second
+	IdleTimeout       = 60 * time.Second
+	MaxHeaderBytes    = 16 << 10
+)
+
 // WebhookSecrets are the shared secrets of the push-event receivers. An
 // empty secret disables that receiver (it answers 404).
 type WebhookSecrets struct {
@@ -24,11 +42,70 @@ type WebhookSecrets struct {
 	GitLab string
 }
 
-// Handler serves /healthz, /readyz, /metrics, /status, the webhook
-// receivers /hooks/github and /hooks/gitlab, and POST /reconcile (the
-// trigger of `signet reconcile --now`).
-func (r *Reconciler) Handler(gatherer prometheus.Gatherer, hooks WebhookSecrets) http.Handler {
-	mux := http.NewServeMux()
+// Listener is one HTTP listener of the daemon: a name for logs, the
+// configured address and what it serves.
+type Listener struct {
+	Name    string
+	Addr    string
+	Handler http.Handler
+}
+
+// Listeners returns the daemon's listeners, each only when its address is
+// configured (Listen always, DefaultListen when unset):
+//   - "main" (listen): /healthz, /readyz, /status and POST /reconcile;
+//   - "probe" (probeListen): /healthz and /readyz only, for the kubelet;
+//   - "metrics" (metricsListen): /metrics only;
+//   - "webhook" (webhook.listen): /hooks/github and /hooks/gitlab.
+//
+// POST /reconcile takes the bearer token of triggerTokenFile; without one
+// configured it answers 404, as a webhook receiver without its secret does.
+func (r *Reconciler) Listeners(gatherer prometheus.Gatherer, sec *Secrets) []Listener {
+	main := http.NewServeMux()
+	r.health(main)
+	main.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(r.Status())
+	})
+	main.HandleFunc("POST /reconcile", func(w http.ResponseWriter, req *http.Request) {
+		if sec.TriggerToken == "" {
+			http.NotFound(w, req)
+			return
+		}
+		if !validBearer(sec.TriggerToken, req.Header.Get("Authorization")) {
+			r.log.Warn("trigger refused: bad token", "receiver", "reconcile")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="signet"`)
+			http.Error(w, "token does not match", http.StatusUnauthorized)
+			return
+		}
+		r.Trigger()
+		w.WriteHeader(http.StatusAccepted)
+	})
+	addr := r.cfg.Listen
+	if addr == "" {
+		addr = DefaultListen
+	}
+	out := []Listener{{Name: "main", Addr: addr, Handler: main}}
+	if r.cfg.ProbeListen != "" {
+		probe := http.NewServeMux()
+		r.health(probe)
+		out = append(out, Listener{Name: "probe", Addr: r.cfg.ProbeListen, Handler: probe})
+	}
+	if r.cfg.MetricsListen != "" {
+		metrics := http.NewServeMux()
+		metrics.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+		out = append(out, Listener{Name: "metrics", Addr: r.cfg.MetricsListen, Handler: metrics})
+	}
+	if r.cfg.Webhook.Listen != "" {
+		out = append(out, Listener{Name: "webhook", Addr: r.cfg.Webhook.Listen, Handler: r.webhooks(sec.Webhooks)})
+	}
+	return out
+}
+
+// health serves /healthz (the process answers) and /readyz (recovery is
+// done) on mux.
+func (r *Reconciler) health(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
@@ -37,17 +114,11 @@ func (r *Reconciler) Handler(gatherer prometheus.Gatherer, hooks WebhookSecrets)
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(r.Status())
-	})
-	mux.HandleFunc("POST /reconcile", func(w http.ResponseWriter, _ *http.Request) {
-		r.Trigger()
-		w.WriteHeader(http.StatusAccepted)
-	})
+}
+
+// webhooks serves the push-event receivers.
+func (r *Reconciler) webhooks(hooks WebhookSecrets) http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/github", func(w http.ResponseWriter, req *http.Request) {
 		if hooks.GitHub == "" {
 			http.NotFound(w, req)
@@ -95,13 +166,87 @@ func (r *Reconciler) Handler(gatherer prometheus.Gatherer, hooks WebhookSecrets)
 	return mux
 }
 
+// NewHTTPServer returns a server for h with the daemon's bounds
+// (ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout,
+// MaxHeaderBytes); its errors are logged to log.
+func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Servers are the daemon's running listeners.
+type Servers struct {
+	// Addrs are the bound addresses by listener name.
+	Addrs   map[string]string
+	servers []*http.Server
+}
+
+// Serve binds every listener (all or none: a failed bind closes those
+// already bound) and serves each on its own goroutine.
+func Serve(ls []Listener, log *slog.Logger) (*Servers, error) {
+	s := &Servers{Addrs: map[string]string{}}
+	var lns []net.Listener
+	for _, l := range ls {
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, fmt.Errorf("%s listener: %w", l.Name, err)
+		}
+		lns = append(lns, ln)
+		s.Addrs[l.Name] = ln.Addr().String()
+	}
+	for i, l := range ls {
+		srv := NewHTTPServer(l.Handler, log)
+		s.servers = append(s.servers, srv)
+		go func() {
+			if err := srv.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "listener", l.Name, "error", err)
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Shutdown stops every listener, letting requests in flight finish until
+// ctx ends.
+func (s *Servers) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, srv := range s.servers {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
 func readBody(w http.ResponseWriter, req *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxWebhookBytes))
 	if err != nil {
-		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "body unreadable", http.StatusBadRequest)
+		}
 		return nil, false
 	}
 	return body, true
+}
+
+// validBearer checks an Authorization header "Bearer <token>" against
+// token in constant time.
+func validBearer(token, header string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // validGitHubSignature checks GitHub's X-Hub-Signature-256 header:

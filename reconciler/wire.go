@@ -24,6 +24,8 @@ type Secrets struct {
 	EvidenceToken, EvidencePassword string
 	Passphrase                      []byte
 	Webhooks                        WebhookSecrets
+	// TriggerToken is the bearer token of POST /reconcile.
+	TriggerToken string
 }
 
 // String never shows a secret.
@@ -59,6 +61,11 @@ func LoadSecrets(cfg *Config) (*Secrets, error) {
 	errs = append(errs, err)
 	s.Webhooks.GitLab, err = read("webhook.gitlabTokenFile", cfg.Webhook.GitLabTokenFile)
 	errs = append(errs, err)
+	s.TriggerToken, err = read("triggerTokenFile", cfg.TriggerTokenFile)
+	errs = append(errs, err)
+	if err == nil && cfg.TriggerTokenFile != "" && s.TriggerToken == "" {
+		errs = append(errs, fmt.Errorf("triggerTokenFile: %s is empty", cfg.TriggerTokenFile))
+	}
 	s.Passphrase, err = signing.ReadPassphrase(cfg.PassphraseFile, cfg.PassphraseEnv)
 	errs = append(errs, err)
 	return &s, errors.Join(errs...)

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,15 +24,17 @@ import (
 func init() { addCommand(newReconcileCmd) }
 
 type reconcileOptions struct {
-	Config string
-	Now    bool
-	Addr   string
+	Config    string
+	Now       bool
+	Addr      string
+	TokenFile string
 }
 
 func (o *reconcileOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Config, "config", "", "reconciler configuration file (kind: ReconcilerConfig)")
 	fs.BoolVar(&o.Now, "now", false, "ask a running daemon to reconcile now and exit")
 	fs.StringVar(&o.Addr, "addr", "", "with --now: the daemon's listen address (default: the config's listen)")
+	fs.StringVar(&o.TokenFile, "token-file", "", "with --now: the file holding the trigger's bearer token (default: the config's triggerTokenFile)")
 }
 
 func newReconcileCmd() *cobra.Command {
@@ -42,9 +44,13 @@ func newReconcileCmd() *cobra.Command {
 		Short: "Run the reconciler daemon (or trigger a running one with --now)",
 		Long: `Run the pull-based reconciler: poll the spec repository, verify approvals against the
 trust policy, run approved requests and commit signed evidence and receipts to the
-evidence branch. Serves /healthz, /readyz, /metrics, /status, webhook receivers and
-POST /reconcile on the configured listen address. SIGTERM stops it gracefully: every
-admitted run stays recoverable and resumes on the next start.`,
+evidence branch. Serves /healthz, /readyz, /status and POST /reconcile on listen
+(loopback by default), and, when configured, /healthz and /readyz on probeListen,
+/metrics on metricsListen and the webhook receivers on webhook.listen. SIGTERM stops
+it gracefully: every admitted run stays recoverable and resumes on the next start.
+
+With --now, POST /reconcile to a running daemon with the bearer token of
+triggerTokenFile (or --token-file).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Config == "" && o.Addr == "" {
@@ -75,12 +81,24 @@ func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cf
 	if addr == "" {
 		addr = reconciler.DefaultListen
 	}
+	tokenFile := o.TokenFile
+	if tokenFile == "" && cfg != nil {
+		tokenFile = cfg.TriggerTokenFile
+	}
+	if tokenFile == "" {
+		return &usageError{errors.New("--now needs the trigger token: set triggerTokenFile in --config, or --token-file")}
+	}
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return exitCode(2, fmt.Errorf("trigger token: %w", err))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/reconcile", nil)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("trigger the daemon at %s: %w", addr, err)
@@ -106,21 +124,11 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
 		return err
 	}
 	defer store.Close()
-	addr := cfg.Listen
-	if addr == "" {
-		addr = reconciler.DefaultListen
-	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := reconciler.Serve(r.Listeners(reg, sec), log)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: r.Handler(reg, sec.Webhooks), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "error", err)
-		}
-	}()
-	log.Info("reconciler starting", "cluster", cfg.Cluster, "listen", ln.Addr().String())
+	log.Info("reconciler starting", "cluster", cfg.Cluster, "listen", srv.Addrs)
 	act := func(ctx context.Context) error {
 		if err := r.Recover(ctx); err != nil {
 			log.Error("recovery failed", "error", err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -34,8 +35,10 @@ type daemon struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	addr string
-	out  *syncBuffer
-	done chan error
+	// hooks and metrics are the webhook and metrics listeners, when set.
+	hooks, metrics string
+	out            *syncBuffer
+	done           chan error
 }
 
 type syncBuffer struct {
@@ -86,7 +89,11 @@ func (d *daemon) get(p string) int {
 
 func (d *daemon) body(p string) string {
 	d.t.Helper()
-	resp, err := http.Get("http://" + d.addr + p)
+	addr := d.addr
+	if p == "/metrics" {
+		addr = d.metrics
+	}
+	resp, err := http.Get("http://" + addr + p)
 	require.NoError(d.t, err)
 	defer resp.Body.Close()
 	require.Equal(d.t, http.StatusOK, resp.StatusCode, p)
@@ -123,7 +130,11 @@ func (d *daemon) admitted(id string) bool {
 
 func (d *daemon) post(p string, header map[string]string, body []byte) int {
 	d.t.Helper()
-	req, err := http.NewRequestWithContext(d.t.Context(), http.MethodPost, "http://"+d.addr+p, bytes.NewReader(body))
+	addr := d.addr
+	if strings.HasPrefix(p, "/hooks/") {
+		addr = d.hooks
+	}
+	req, err := http.NewRequestWithContext(d.t.Context(), http.MethodPost, "http://"+addr+p, bytes.NewReader(body))
 	require.NoError(d.t, err)
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -157,7 +168,8 @@ func freeAddr(t *testing.T) string {
 // TestReconcileDaemon runs `signet reconcile --config FILE` as a process:
 // health, readiness, metrics and status; GitHub and GitLab webhooks
 // (valid ones trigger a reconcile, invalid ones are refused and trigger
-// nothing); `signet reconcile --now --addr`; SIGTERM stops it with exit 0
+// nothing); `signet reconcile --now` with --config and with --addr and
+// --token-file; SIGTERM stops it with exit 0
 // mid-check, and a restart finishes that run (the interrupted check is
 // recorded, never re-run).
 func TestReconcileDaemon(t *testing.T) {
@@ -177,7 +189,9 @@ func TestReconcileDaemon(t *testing.T) {
 	require.NoError(t, os.WriteFile(secret, []byte("gh-hook-secret\n"), 0o600))
 	glToken := filepath.Join(dir, "gitlab-token")
 	require.NoError(t, os.WriteFile(glToken, []byte("gl-hook-token\n"), 0o600))
-	addr := freeAddr(t)
+	triggerToken := filepath.Join(dir, "trigger-token")
+	require.NoError(t, os.WriteFile(triggerToken, []byte("trigger-token\n"), 0o600))
+	addr, hooks, metrics := freeAddr(t), freeAddr(t), freeAddr(t)
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `apiVersion: signet.dev/v1alpha1
 kind: ReconcilerConfig
@@ -190,7 +204,10 @@ signingKey: %s
 stateDir: %s
 interval: 3600s
 listen: %s
+metricsListen: %s
+triggerTokenFile: %s
 webhook:
+  listen: %s
   githubSecretFile: %s
   gitlabTokenFile: %s
 backends:
@@ -198,9 +215,10 @@ backends:
     enabled: true
     grace: 1s
     workRoot: %s
-`, repo.Dir, keys.TrustFile, keys.ReconcilerFile, filepath.Join(dir, "state"), addr, secret, glToken, filepath.Join(testenv.WorldDir(t), "work")), 0o600))
+`, repo.Dir, keys.TrustFile, keys.ReconcilerFile, filepath.Join(dir, "state"), addr, metrics, triggerToken, hooks, secret, glToken, filepath.Join(testenv.WorldDir(t), "work")), 0o600))
 
 	d := startDaemon(t, config, addr)
+	d.hooks, d.metrics = hooks, metrics
 	assert.Equal(t, http.StatusOK, d.get("/healthz"))
 	require.Eventually(t, func() bool { return d.runDone("first") }, 60*time.Second, 100*time.Millisecond, "the first request never finished")
 
@@ -261,14 +279,14 @@ backends:
 		approve("fourth", "quick")
 		time.Sleep(1000 * time.Millisecond)
 		require.False(t, d.admitted("fourth"))
-		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--addr", addr).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--config", config).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Eventually(t, func() bool { return d.runDone("fourth") }, 60*time.Second, 100*time.Millisecond)
 	})
 
 	t.Run("SIGTERM mid-check, restart finishes the run", func(t *testing.T) {
 		approve("fifth", "slow")
-		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--addr", addr).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--addr", addr, "--token-file", triggerToken).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Eventually(t, func() bool { return contains(repo.Effects(), "fifth/slow") }, 60*time.Second, 50*time.Millisecond, "the slow check never started")
 		stopped := time.Now()
@@ -308,4 +326,50 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestFinding7NowSendsTriggerToken: `signet reconcile --now` sends the
+// trigger's bearer token (from --token-file, or the config's
+// triggerTokenFile), and without one refuses before connecting.
+func TestFinding7NowSendsTriggerToken(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		got = append(got, req.Method+" "+req.URL.Path+" "+req.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "trigger-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("the-trigger-token\n"), 0o600))
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `apiVersion: signet.dev/v1alpha1
+kind: ReconcilerConfig
+cluster: c
+spec: {url: /nowhere}
+trustPolicy: /t
+signingKey: /k
+stateDir: /s
+listen: %s
+triggerTokenFile: %s
+backends: {local: {enabled: false}}
+`, addr, tokenFile), 0o600))
+
+	out, err := exec.CommandContext(t.Context(), testenv.Signet(t), "reconcile", "--now", "--addr", addr).CombinedOutput()
+	require.Error(t, err, "--now without a token: %s", out)
+	assert.Contains(t, string(out), "--now needs the trigger token")
+	mu.Lock()
+	assert.Empty(t, got, "--now without a token sent a request")
+	mu.Unlock()
+
+	for _, args := range [][]string{{"--addr", addr, "--token-file", tokenFile}, {"--config", config}} {
+		out, err := exec.CommandContext(t.Context(), testenv.Signet(t), append([]string{"reconcile", "--now"}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"POST /reconcile Bearer the-trigger-token", "POST /reconcile Bearer the-trigger-token"}, got)
 }

@@ -132,11 +132,20 @@ type LeaderElectionConfig struct {
 // kubeEnabled reports whether a Kubernetes backend is enabled.
 func (b BackendsConfig) kubeEnabled() bool { return b.Pod.Enabled || b.MPIJob.Enabled }
 
-// LocalConfig enables the local backend. When signet runs as root, checks
-// run as User (default "nobody"), never as root.
+// DefaultLocalUIDRange is the range transient check uids come from when
+// the configuration names none: above the 16-bit range, below systemd's
+// DynamicUser range (61184–65519) and the subordinate ids useradd hands
+// out (100000 and up).
+const DefaultLocalUIDRange = "65536-66559"
+
+// LocalConfig enables the local backend. When signet runs as root, each
+// check runs as a transient uid of its own from UIDRange, never as root.
 type LocalConfig struct {
-	Enabled bool   `json:"enabled"`
-	User    string `json:"user,omitempty"`
+	Enabled bool `json:"enabled"`
+	// UIDRange is "FIRST-LAST": the uids (and gids of the same numbers)
+	// checks run as when signet runs as root, none of them an account or
+	// group of the machine (DefaultLocalUIDRange when empty).
+	UIDRange string `json:"uidRange,omitempty"`
 	// Grace is the time between TERM and KILL at a deadline or cancel.
 	Grace specs.Seconds `json:"grace,omitempty"`
 	// WorkRoot is where checks get their temporary directories; it must
@@ -282,8 +291,8 @@ func (c *Config) withDefaults() {
 	if c.Interval == 0 {
 		c.Interval = 60
 	}
-	if c.Backends.Local.User == "" {
-		c.Backends.Local.User = "nobody"
+	if c.Backends.Local.UIDRange == "" {
+		c.Backends.Local.UIDRange = DefaultLocalUIDRange
 	}
 	if c.Ceiling.Namespace == "" {
 		c.Ceiling.Namespace = "signet-checks"

@@ -34,8 +34,17 @@ func (Secrets) String() string { return "Secrets{redacted}" }
 // LoadSecrets reads every secret the configuration points at, after
 // filling its defaults (an evidence remote left unset is the spec remote,
 // with the spec's credentials).
+//
+// When signet runs checks as other users of this machine (the local
+// backend, as root), a secret file that group or others may read is
+// refused, the way ssh refuses a private key: such a check could read it.
 func LoadSecrets(cfg *Config) (*Secrets, error) {
 	cfg.withDefaults()
+	if cfg.runsChecksAsOthers() {
+		if err := checkSecretModes(cfg); err != nil {
+			return nil, err
+		}
+	}
 	var s Secrets
 	read := func(field, file string) (string, error) {
 		if file == "" {
@@ -69,6 +78,45 @@ func LoadSecrets(cfg *Config) (*Secrets, error) {
 	s.Passphrase, err = signing.ReadPassphrase(cfg.PassphraseFile, cfg.PassphraseEnv)
 	errs = append(errs, err)
 	return &s, errors.Join(errs...)
+}
+
+// runsChecksAsOthers reports whether checks run on this machine as users
+// other than signet's own: the local backend, with signet as root.
+func (c *Config) runsChecksAsOthers() bool {
+	return c.Backends.Local.Enabled && os.Geteuid() == 0
+}
+
+// checkSecretModes refuses every secret file of cfg (after symlinks: a
+// mounted Kubernetes Secret is a link to its data) that group or others
+// may read or write.
+func checkSecretModes(cfg *Config) error {
+	var errs []error
+	for _, f := range []struct{ field, file string }{
+		{"signingKey", cfg.SigningKey},
+		{"passphraseFile", cfg.PassphraseFile},
+		{"spec.tokenFile", cfg.Spec.TokenFile},
+		{"spec.passwordFile", cfg.Spec.PasswordFile},
+		{"spec.sshKeyFile", cfg.Spec.SSHKeyFile},
+		{"evidence.tokenFile", cfg.Evidence.TokenFile},
+		{"evidence.passwordFile", cfg.Evidence.PasswordFile},
+		{"evidence.sshKeyFile", cfg.Evidence.SSHKeyFile},
+		{"webhook.githubSecretFile", cfg.Webhook.GitHubSecretFile},
+		{"webhook.gitlabTokenFile", cfg.Webhook.GitLabTokenFile},
+		{"triggerTokenFile", cfg.TriggerTokenFile},
+	} {
+		if f.file == "" {
+			continue
+		}
+		fi, err := os.Stat(f.file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.field, err))
+			continue
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			errs = append(errs, fmt.Errorf("%s: %s has mode %04o, readable by group or others: checks run as other users of this machine and could read it; chmod 600 %s", f.field, f.file, perm, f.file))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Build wires a Reconciler from its configuration: the signing key, the

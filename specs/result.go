@@ -254,6 +254,10 @@ type Termination struct {
 	ResultRefused string `json:"resultRefused,omitempty"`
 	// Reason is the backend's own words on how it ended.
 	Reason string `json:"reason,omitempty"`
+	// PeakMemoryBytes is the most memory the workload's processes held at
+	// once, where the backend measures it (a cgroup with memory
+	// accounting); 0 when not measured.
+	PeakMemoryBytes int64 `json:"peakMemoryBytes,omitempty"`
 }
 
 // Outcome is a check's verdict for one participant, with the reason and,

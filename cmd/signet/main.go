@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"signet.dev/signet/internal/procutil"
 )
 
 // exitError carries a documented exit code out of a command. Its message,
@@ -63,6 +64,11 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
+	// No child (a check, git) gets a descriptor signet inherited without
+	// close-on-exec (`signet run --key /dev/fd/7 7<key`).
+	if err := procutil.CloseOnExecInherited(); err != nil {
+		os.Exit(reportError(err))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()

@@ -38,7 +38,7 @@ type runOptions struct {
 	Cluster        string
 	StateDir       string
 	EvidenceBranch string
-	User           string
+	UIDRange       string
 	Timeout        time.Duration
 	Verbose        bool
 	out            outputOptions
@@ -56,7 +56,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Cluster, "cluster", "local", "cluster name for run IDs and evidence paths")
 	fs.StringVar(&o.StateDir, "state-dir", "", "state directory (default: $XDG_STATE_HOME/signet/<repo>/<cluster>)")
 	fs.StringVar(&o.EvidenceBranch, "evidence-branch", "signet/evidence", "evidence branch of the spec repository")
-	fs.StringVar(&o.User, "user", "nobody", "unprivileged user the checks run as when signet runs as root")
+	fs.StringVar(&o.UIDRange, "uid-range", reconciler.DefaultLocalUIDRange, "FIRST-LAST: the transient uids checks run as when signet runs as root, one per check, none of them an account of this machine")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up waiting after this long (default: the run's derived deadline)")
 	fs.BoolVarP(&o.Verbose, "verbose", "v", false, "log every lifecycle step to stderr")
 	o.out.AddFlags(fs)
@@ -120,7 +120,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: o.Repo, Branch: o.EvidenceBranch}},
 		TrustPolicy: o.Trust, SigningKey: o.Key, PassphraseFile: o.PassphraseFile, PassphraseEnv: o.PassphraseEnv,
 		StateDir: o.StateDir,
-		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, User: o.User}},
+		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, UIDRange: o.UIDRange}},
 	}
 	sec, err := reconciler.LoadSecrets(cfg)
 	if err != nil {

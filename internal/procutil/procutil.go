@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Tail is an io.Writer that keeps only the last Max bytes written to it.
@@ -195,4 +197,32 @@ func waitGone(pgid int, until time.Time) bool {
 		time.Sleep(min(d, left))
 		d = min(2*d, 50*time.Millisecond)
 	}
+}
+
+// CloseOnExecInherited marks every descriptor above 2 of this process
+// close-on-exec, so that no child process gets one: Go opens its own
+// descriptors close-on-exec, but one this process inherited without the
+// flag (a shell's `7<key`) would otherwise reach every child, readable by
+// whatever it runs. Descriptors a child is meant to get (os/exec's
+// ExtraFiles) are duplicated into it after the fork and are unaffected.
+func CloseOnExecInherited() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	// Kernels before 5.11: set the flag on each open descriptor.
+	ents, rerr := os.ReadDir("/proc/self/fd")
+	if rerr != nil {
+		return fmt.Errorf("close-on-exec inherited descriptors: %w (close_range: %v)", rerr, err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("close-on-exec descriptor %d: %w", fd, err)
+		}
+	}
+	return nil
 }

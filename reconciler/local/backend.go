@@ -21,8 +21,12 @@ import (
 // reconciler, so after a restart there is never anything to adopt: an
 // intent without evidence is recorded as interrupted.
 type Backend struct {
-	// User runs the checks when signet runs as root; nil otherwise.
-	User *User
+	// UIDs gives each check a transient uid when signet runs as root; nil
+	// otherwise (checks then run as signet's own user).
+	UIDs *UIDPool
+	// Cgroup is where each check gets a cgroup of its own
+	// (FindCgroupParent); "" when the machine has no writable cgroup2.
+	Cgroup string
 	// Grace is the time between TERM and KILL.
 	Grace time.Duration
 	// WorkRoot is the parent of each check's temporary directory.
@@ -34,15 +38,21 @@ type Backend struct {
 var _ backend.Backend = (*Backend)(nil)
 
 // NewBackend returns the local backend for cfg. When signet runs as
-// root, checks run as cfg.User, which must be unprivileged.
+// root, each check runs as a transient uid of cfg.UIDRange.
 func NewBackend(cfg reconciler.LocalConfig) (*Backend, error) {
 	b := &Backend{Grace: time.Duration(cfg.Grace) * time.Second}
 	if os.Geteuid() == 0 {
-		u, err := LookupUser(cfg.User)
-		if err != nil {
-			return nil, fmt.Errorf("backends.local.user: %w", err)
+		r := cfg.UIDRange
+		if r == "" {
+			r = reconciler.DefaultLocalUIDRange
 		}
-		b.User = u
+		first, last, err := ParseUIDRange(r)
+		if err == nil {
+			b.UIDs, err = NewUIDPool(first, last)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("backends.local.uidRange: %w", err)
+		}
 	}
 	return b, nil
 }
@@ -53,11 +63,15 @@ func (b *Backend) Describe(c *backend.CheckRun) ([]string, specs.Digest, error) 
 	if len(c.Participants) != 1 {
 		return nil, "", fmt.Errorf("local backend: %d participants, want 1", len(c.Participants))
 	}
+	var uids string
+	if b.UIDs != nil {
+		uids = b.UIDs.Range()
+	}
 	rendered, err := json.Marshal(struct {
 		Script specs.Digest      `json:"script"`
 		Env    map[string]string `json:"env"`
-		User   string            `json:"user,omitempty"`
-	}{c.ScriptDigest, c.Env(0), userName(b.User)})
+		UIDs   string            `json:"uidRange,omitempty"`
+	}{c.ScriptDigest, c.Env(0), uids})
 	if err != nil {
 		return nil, "", err
 	}
@@ -76,10 +90,21 @@ func (b *Backend) Run(ctx context.Context, c *backend.CheckRun) (*backend.CheckR
 		case <-done:
 		}
 	}()
-	rep, err := Run(ctx, Request{
+	req := Request{
 		Script: c.Script, ScriptName: path.Base(c.Check.Script), Env: c.Env(0), Deadline: c.Deadline,
-		Grace: b.Grace, MaxLogBytes: b.MaxLogBytes, User: b.User, WorkRoot: b.WorkRoot,
-	})
+		Grace: b.Grace, MaxLogBytes: b.MaxLogBytes, WorkRoot: b.WorkRoot, Cgroup: b.Cgroup,
+	}
+	if b.UIDs != nil {
+		uid, err := b.UIDs.Acquire()
+		if err != nil {
+			close(done)
+			return nil, err
+		}
+		// Run returns once no process of uid is alive.
+		defer b.UIDs.Release(uid)
+		req.User = &User{UID: uid, GID: uid}
+	}
+	rep, err := Run(ctx, req)
 	close(done)
 	if err != nil && rep == nil {
 		return nil, err
@@ -90,6 +115,9 @@ func (b *Backend) Run(ctx context.Context, c *backend.CheckRun) (*backend.CheckR
 	}
 	if rep.Termination.Started && rep.PID > 0 {
 		pr.Identity.Workload = "pid:" + strconv.Itoa(rep.PID)
+		if req.User != nil {
+			pr.Identity.Workload += " uid:" + strconv.FormatUint(uint64(req.User.UID), 10)
+		}
 	}
 	return &backend.CheckReport{StartedAt: rep.Started, EndedAt: rep.Ended, Participants: []backend.ParticipantReport{pr}}, nil
 }
@@ -103,10 +131,3 @@ func (b *Backend) Adopt(context.Context, *backend.CheckRun) (*backend.CheckRepor
 // Cleanup has nothing left to remove: Run removes the check's temporary
 // directory once it has read the result and logs into memory.
 func (b *Backend) Cleanup(context.Context, *backend.CheckRun) error { return nil }
-
-func userName(u *User) string {
-	if u == nil {
-		return ""
-	}
-	return u.Name
-}

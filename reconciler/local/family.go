@@ -20,10 +20,13 @@ func init() { reconciler.RegisterFamily(FamilyName, NewFamily) }
 // NewFamily is the reconciler.FamilyFactory of the local family: this
 // machine as a one-node Fleet and the local backend, when the
 // configuration's backends.local is enabled (nil otherwise). Checks work
-// under a root of their own in the system temporary directory, never under
-// stateDir (mode 0700), which the check's user must not reach; what a
-// previous signet left there (it died mid-check) is ended and removed
-// first.
+// under a root of their own in the system temporary directory, created and
+// verified by EnsureWorkRoot, never under stateDir (mode 0700), which the
+// check's user must not reach. When signet runs as root, each check runs
+// as a transient uid (backends.local.uidRange) in a cgroup of its own
+// where the machine has a writable cgroup2 hierarchy. What a previous
+// signet left (it died mid-check: processes, directories, cgroups,
+// processes of the transient uids) is ended and removed first.
 func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, error) {
 	cfg := env.Config
 	if !cfg.Backends.Local.Enabled {
@@ -37,13 +40,30 @@ func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, er
 	if lb.WorkRoot == "" {
 		lb.WorkRoot = filepath.Join(os.TempDir(), "signet-"+cfg.Cluster)
 	}
-	if err := os.MkdirAll(lb.WorkRoot, 0o711); err != nil {
+	if err := EnsureWorkRoot(lb.WorkRoot, lb.UIDs != nil); err != nil {
 		return nil, fmt.Errorf("backends.local.workRoot: %w", err)
 	}
 	if killed, err := Sweep(lb.WorkRoot); err != nil {
 		env.Logger.Warn("sweeping the local work root", "error", err)
 	} else if len(killed) > 0 {
 		env.Logger.Warn("ended processes left by a previous signet", "pids", killed)
+	}
+	if lb.UIDs != nil {
+		cg, why := FindCgroupParent()
+		if cg != "" {
+			if err := sweepCgroups(cg); err != nil {
+				return nil, fmt.Errorf("sweeping check cgroups: %w", err)
+			}
+			lb.Cgroup = cg
+		}
+		uids, err := lb.UIDs.Sweep()
+		if err != nil {
+			return nil, fmt.Errorf("sweeping transient uids %s: %w", lb.UIDs.Range(), err)
+		}
+		if len(uids) > 0 {
+			env.Logger.Warn("ended processes of transient check uids left by a previous signet", "uids", uids)
+		}
+		env.Logger.Info("local checks run as transient uids", "uidRange", lb.UIDs.Range(), "cgroup", lb.Cgroup, "noCgroupBecause", why)
 	}
 	return FamilyOf(lb), nil
 }

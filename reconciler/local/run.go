@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -58,32 +57,14 @@ func (e *StartError) Error() string { return "start local check: " + e.Err.Error
 // Unwrap returns the underlying error.
 func (e *StartError) Unwrap() error { return e.Err }
 
-// User is the unprivileged account a check runs as when signet runs as root.
+// User is the transient identity a check runs as when signet runs as
+// root: a uid from a UIDPool and the gid of the same number.
 type User struct {
 	UID, GID uint32
-	Name     string
 }
 
-// LookupUser returns the account name from the system's user database. It
-// refuses an account with uid 0 or gid 0.
-func LookupUser(name string) (*User, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("local check user %q: %w", name, err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("local check user %q: uid %q: %w", name, u.Uid, err)
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("local check user %q: gid %q: %w", name, u.Gid, err)
-	}
-	if uid == 0 || gid == 0 {
-		return nil, fmt.Errorf("local check user %q: uid %d gid %d is privileged", name, uid, gid)
-	}
-	return &User{UID: uint32(uid), GID: uint32(gid), Name: u.Username}, nil
-}
+// String names the user for messages.
+func (u *User) String() string { return fmt.Sprintf("uid %d gid %d", u.UID, u.GID) }
 
 // Request is one execution of one check on this machine.
 type Request struct {
@@ -106,15 +87,23 @@ type Request struct {
 	// MaxLogBytes is how much of the end of stdout and of stderr is kept;
 	// DefaultMaxLogBytes when zero.
 	MaxLogBytes int
-	// User, when non-nil, is the unprivileged account the check runs as
+	// User, when non-nil, is the unprivileged identity the check runs as
 	// (signet must then run as root); its working directory is owned by it,
-	// mode 0700, and it gets no supplementary groups.
+	// mode 0700, and it gets no supplementary groups. Run refuses to start
+	// while any process of its uid is alive, and when the check is over
+	// kills every process of the uid that is left: give each check a uid
+	// of its own (UIDPool), never one that other software uses.
 	User *User
-	// WorkRoot is the parent of the per-check temporary directory;
-	// os.TempDir() when empty. With User set, every directory down to
-	// WorkRoot must be searchable by that user. The per-check directory is
-	// removed when Run returns.
+	// WorkRoot is the parent of the per-check temporary directory: an
+	// absolute path, verified before every check (see EnsureWorkRoot). With
+	// User set, every directory down to WorkRoot must be searchable by that
+	// user. The per-check directory is removed when Run returns.
 	WorkRoot string
+	// Cgroup, when set, is a cgroup2 directory (FindCgroupParent) under
+	// which the check gets a cgroup of its own, which it is started in
+	// (clone3's CLONE_INTO_CGROUP) and which is killed as a whole
+	// (cgroup.kill) when the check is over.
+	Cgroup string
 }
 
 // Report is what Run observed.
@@ -156,7 +145,10 @@ func (r *Request) validate() error {
 		return bad("negative grace %v or max log bytes %d", r.Grace, r.MaxLogBytes)
 	}
 	if r.User != nil && (r.User.UID == 0 || r.User.GID == 0) {
-		return bad("user %q: uid %d gid %d is privileged", r.User.Name, r.User.UID, r.User.GID)
+		return bad("user %s is privileged", r.User)
+	}
+	if !filepath.IsAbs(r.WorkRoot) {
+		return bad("work root %q is not an absolute path", r.WorkRoot)
 	}
 	allowed := map[string]bool{specs.EnvStageName: true}
 	for _, k := range requiredEnv {
@@ -186,9 +178,11 @@ func (r *Request) validate() error {
 // Once started, the process runs until it exits, until req.Deadline
 // (Termination.DeadlineExceeded), or until ctx is done (Termination.Canceled);
 // in the last two cases its group gets SIGTERM, req.Grace, then SIGKILL.
-// After the main process exits, any process left in its group gets the same.
-// Run returns only when no process of the group is alive (or, for one the
-// kernel cannot kill, after procutil.KillWait, noted in Termination.Reason).
+// After the main process exits, any process left in its group gets the same,
+// then every process left in the check's cgroup (req.Cgroup) and of its uid
+// (req.User) is killed. Run returns only when none of them is alive (or,
+// for one the kernel cannot kill, after a bound, noted in
+// Termination.Reason).
 func Run(ctx context.Context, req Request) (*Report, error) {
 	rep := &Report{}
 	notStarted := func(err error) (*Report, error) {
@@ -213,11 +207,32 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 		return rep, nil
 	}
 
+	if u := req.User; u != nil {
+		// Another check of this uid, or what it left, could read this
+		// one's environment and result file or trace it.
+		if alive, err := uidAlive(u.UID); err != nil || alive {
+			if err == nil {
+				err = fmt.Errorf("uid %d has live processes: a check does not start while any process of its uid is alive", u.UID)
+			}
+			return notStarted(&StartError{Err: err})
+		}
+	}
 	ws, err := newWorkspace(req)
 	if err != nil {
 		return notStarted(&StartError{Err: err})
 	}
-	defer func() { rep.Cleanup = ws.remove() }()
+	defer func() { rep.Cleanup = errors.Join(rep.Cleanup, ws.remove()) }()
+	var cg *cgroup
+	if req.Cgroup != "" {
+		if cg, err = newCgroup(req.Cgroup); err != nil {
+			return notStarted(&StartError{Err: err})
+		}
+		defer func() { rep.Cleanup = errors.Join(rep.Cleanup, cg.remove()) }()
+	}
+	// No descriptor of signet's but the pipes below reaches the check.
+	if err := procutil.CloseOnExecInherited(); err != nil {
+		return notStarted(&StartError{Err: err})
+	}
 
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
@@ -241,17 +256,23 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	if req.User != nil {
 		attr.Credential = &syscall.Credential{Uid: req.User.UID, Gid: req.User.GID, Groups: []uint32{}}
 	}
+	if cg != nil {
+		attr.UseCgroupFD, attr.CgroupFD = true, cg.fd
+	}
 	// The kernel sends Pdeathsig when the thread that forked exits, not the
 	// process: keep this goroutine on that thread until the check is over.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// The child changes into the workspace through its descriptor and
+	// executes the script relative to it (workspace.dir).
+	self := "./" + req.ScriptName
 	var cmd *exec.Cmd
 	for attempt := 0; ; attempt++ {
 		cmd = &exec.Cmd{
-			Path:        ws.script,
-			Args:        []string{ws.script},
+			Path:        self,
+			Args:        []string{self},
 			Env:         env,
-			Dir:         ws.work,
+			Dir:         ws.dir(),
 			Stdout:      stdoutW,
 			Stderr:      stderrW,
 			SysProcAttr: attr,
@@ -285,6 +306,7 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	}
 
 	term, notes := supervise(ctx, cmd, req)
+	notes = append(notes, contain(req, cg, &term)...)
 	rep.Ended = time.Now()
 
 	// Every writer of the group is dead; a process that left the group may
@@ -308,6 +330,43 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 	term.Reason = strings.Join(notes, "; ")
 	rep.Termination = term
 	return rep, nil
+}
+
+// contain ends whatever the check left behind outside its process group,
+// once its group is gone: every process of its cgroup (cgroup.kill), then,
+// when it ran as a User, every process of its uid (which, with a cgroup,
+// only one that escaped it can be: that is noted). It records the cgroup's
+// peak memory where the hierarchy accounts memory.
+func contain(req Request, cg *cgroup, term *specs.Termination) (notes []string) {
+	if cg != nil {
+		had, err := cg.kill()
+		if had {
+			notes = append(notes, "ended the processes left in the check's cgroup (cgroup.kill)")
+		}
+		if err != nil {
+			notes = append(notes, err.Error())
+		}
+		if peak := cg.peakMemory(); peak >= 0 {
+			term.PeakMemoryBytes = peak
+		}
+	}
+	if req.User == nil {
+		return notes
+	}
+	alive, err := uidAlive(req.User.UID)
+	if err != nil {
+		return append(notes, err.Error())
+	}
+	if !alive {
+		return notes
+	}
+	if cg != nil {
+		notes = append(notes, fmt.Sprintf("processes of uid %d were alive outside the check's cgroup", req.User.UID))
+	}
+	if err := killUID(req.User.UID); err != nil {
+		return append(notes, err.Error())
+	}
+	return append(notes, fmt.Sprintf("ended the processes of uid %d left after the check", req.User.UID))
 }
 
 // supervise waits for the started cmd, stopping its group at req.Deadline

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
 )
 
@@ -320,7 +322,8 @@ func TestRunInvalidRequest(t *testing.T) {
 		{"result file from the caller", func(r *Request) { r.Env[specs.EnvResultFile] = "/etc/passwd" }, "SIGNET_RESULT_FILE is not a DESIGN §4 variable"},
 		{"LD_PRELOAD", func(r *Request) { r.Env["LD_PRELOAD"] = "/tmp/x.so" }, "LD_PRELOAD is not"},
 		{"empty stage name", func(r *Request) { r.Env[specs.EnvStageName] = "" }, "SIGNET_STAGE_NAME=\"\" is empty"},
-		{"root user", func(r *Request) { r.User = &User{UID: 0, GID: 0, Name: "root"} }, "privileged"},
+		{"root user", func(r *Request) { r.User = &User{UID: 0, GID: 0} }, "privileged"},
+		{"relative work root", func(r *Request) { r.WorkRoot = "tmp" }, `work root "tmp" is not an absolute path`},
 		{"negative grace", func(r *Request) { r.Grace = -time.Second }, "negative grace"},
 	}
 	for _, tt := range tests {
@@ -332,6 +335,9 @@ func TestRunInvalidRequest(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.wantErr)
 			require.NotNil(t, rep)
 			assert.False(t, rep.Termination.Started)
+			if !filepath.IsAbs(req.WorkRoot) {
+				return
+			}
 			ents, err := os.ReadDir(req.WorkRoot)
 			require.NoError(t, err)
 			assert.Empty(t, ents, "a refused request touched the work root")
@@ -406,17 +412,37 @@ func TestRunLogTails(t *testing.T) {
 	assert.Equal(t, specs.VerdictPass, specs.Evaluate(expect(req), rep.Termination, rep.Result).Verdict)
 }
 
-// TestRunAsUnprivilegedUser runs checks as nobody, as the daemon does when
-// it runs as root: the check is uid/gid 65534 with no supplementary group,
-// owns its working directory and result file, and cannot read a file that
-// only root may read even when every directory above it is open, nor
-// signet's own environment through /proc.
-func TestRunAsUnprivilegedUser(t *testing.T) {
+// testPool is the pool the tests' checks take transient uids from: the
+// default range, whose lock files keep test binaries running at once from
+// handing out one uid twice.
+var testPool = sync.OnceValues(func() (*UIDPool, error) {
+	first, last, err := ParseUIDRange(reconciler.DefaultLocalUIDRange)
+	if err != nil {
+		return nil, err
+	}
+	return NewUIDPool(first, last)
+})
+
+// transientUser acquires a transient uid for one test.
+func transientUser(t *testing.T) *User {
+	t.Helper()
 	require.Equal(t, 0, os.Geteuid(), "this test needs root, as the daemon's local backend does")
-	t.Setenv("SIGNET_SECRET_TEST", "must-not-leak")
-	nobody, err := LookupUser("nobody")
+	pool, err := testPool()
 	require.NoError(t, err)
-	require.Equal(t, &User{UID: 65534, GID: 65534, Name: "nobody"}, nobody)
+	uid, err := pool.Acquire()
+	require.NoError(t, err)
+	t.Cleanup(func() { pool.Release(uid) })
+	return &User{UID: uid, GID: uid}
+}
+
+// TestRunAsUnprivilegedUser runs a check as a transient uid, as the daemon
+// does when it runs as root: the check is that uid and gid with no
+// supplementary group, owns its working directory and result file, and
+// cannot read a file that only root may read even when every directory
+// above it is open, nor signet's own environment through /proc.
+func TestRunAsUnprivilegedUser(t *testing.T) {
+	t.Setenv("SIGNET_SECRET_TEST", "must-not-leak")
+	u := transientUser(t)
 
 	secrets := t.TempDir()
 	require.NoError(t, os.Chmod(secrets, 0o755))
@@ -428,17 +454,18 @@ if cat `+key+` >/dev/null 2>&1; then echo key=readable; else echo key=denied; fi
 if tr '\0' '\n' < /proc/$PPID/environ 2>/dev/null | grep -q SIGNET_SECRET_TEST; then echo parentenv=readable; else echo parentenv=denied; fi
 echo "home=$(stat -c '%u %a' "$HOME")"
 result Pass; echo "result=$(stat -c '%u' "$SIGNET_RESULT_FILE")"; exit 0`)
-	openWorkRoot(t, req.WorkRoot)
-	req.User = nobody
+	openToOthers(t, req.WorkRoot)
+	req.User = u
 	rep, err := Run(t.Context(), req)
 	require.NoError(t, err)
 	out := string(rep.Stdout)
-	assert.Contains(t, out, "uid=65534 gid=65534 groups=65534\n")
+	id := strconv.FormatUint(uint64(u.UID), 10)
+	assert.Contains(t, out, "uid="+id+" gid="+id+" groups="+id+"\n")
 	assert.Contains(t, out, "key=denied\n")
 	assert.Contains(t, out, "parentenv=denied\n", "the check read signet's own environment")
 	assert.NotContains(t, out, "PRIVATE KEY")
-	assert.Contains(t, out, "home=65534 700\n")
-	assert.Contains(t, out, "result=65534\n")
+	assert.Contains(t, out, "home="+id+" 700\n")
+	assert.Contains(t, out, "result="+id+"\n")
 	got := specs.Evaluate(expect(req), rep.Termination, rep.Result)
 	assert.Equal(t, specs.VerdictPass, got.Verdict, "%s; stderr %s", got.Reason, rep.Stderr)
 	ents, err := os.ReadDir(req.WorkRoot)
@@ -449,11 +476,9 @@ result Pass; echo "result=$(stat -c '%u' "$SIGNET_RESULT_FILE")"; exit 0`)
 // TestRunAsUserDeadline asserts the deadline reaches processes of a check
 // running as another user too.
 func TestRunAsUserDeadline(t *testing.T) {
-	nobody, err := LookupUser("nobody")
-	require.NoError(t, err)
 	req := request(t, "trap '' TERM; sleep 1000 & echo child=$!; sleep 1000")
-	openWorkRoot(t, req.WorkRoot)
-	req.User = nobody
+	openToOthers(t, req.WorkRoot)
+	req.User = transientUser(t)
 	req.Deadline = time.Now().Add(time.Second)
 	rep, err := Run(t.Context(), req)
 	require.NoError(t, err)
@@ -462,19 +487,13 @@ func TestRunAsUserDeadline(t *testing.T) {
 	assert.False(t, running(t, childPID(t, rep.Stdout)))
 }
 
-// openWorkRoot makes root and its parent (t.TempDir's 0700 directory)
-// searchable by other users, as /tmp is.
-func openWorkRoot(t *testing.T, root string) {
+// openToOthers gives root the mode a work root has when checks run as
+// other users (0711), and makes its parent (t.TempDir's 0700 directory)
+// searchable by them, as /tmp is.
+func openToOthers(t *testing.T, root string) {
 	t.Helper()
-	require.NoError(t, os.Chmod(root, 0o755))
+	require.NoError(t, os.Chmod(root, WorkRootMode))
 	require.NoError(t, os.Chmod(filepath.Dir(root), 0o755))
-}
-
-func TestLookupUser(t *testing.T) {
-	_, err := LookupUser("root")
-	assert.ErrorContains(t, err, "is privileged")
-	_, err = LookupUser("signet-no-such-user")
-	assert.ErrorContains(t, err, `local check user "signet-no-such-user"`)
 }
 
 // BenchmarkRunTrivial measures Run of a trivial passing script, to compare

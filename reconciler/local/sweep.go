@@ -15,8 +15,12 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// workspacePattern names the per-check directories Run creates.
-const workspacePattern = "signet-check-*"
+// workspacePrefix begins the names of the per-check directories Run
+// creates; workspacePattern matches them.
+const (
+	workspacePrefix  = "signet-check-"
+	workspacePattern = workspacePrefix + "*"
+)
 
 // sweepRounds bounds how often Sweep rescans for processes forked while it
 // was killing.

@@ -162,7 +162,7 @@ func Run(ctx context.Context, f *evidencetest.Fixture, name string) error {
 		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: f.Repo, Branch: evidencetest.Branch}},
 		TrustPolicy: f.TrustFile, SigningKey: f.KeyFile,
 		StateDir: filepath.Join(f.Dir, "state"),
-		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, User: "nobody"}},
+		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true}},
 	}
 	sec, err := reconciler.LoadSecrets(cfg)
 	if err != nil {

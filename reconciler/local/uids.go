@@ -1,0 +1,304 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxUIDRange bounds a range's size; validating it reads the account
+// databases once per uid.
+const maxUIDRange = 1 << 16
+
+// UIDLockDir is where a UIDPool takes a lock file per uid it hands out,
+// so that two signets (or two test binaries) on one machine never hand
+// out the same uid at once, the way systemd keeps its DynamicUser locks
+// in /run/systemd/dynamic-uid. The kernel drops a lock with the process
+// that held it.
+var UIDLockDir = "/run/signet/uid-locks"
+
+// UIDPool hands out transient uids to checks, the way systemd's
+// DynamicUser allocates service users: each check runs as a uid (and the
+// gid of the same number) that no account in the user or group database
+// has, that no other live check holds (in this process, or in another
+// holding the uid's lock in UIDLockDir), and that no live process has.
+// Uids are handed out round-robin, so a released one is reused as late as
+// possible.
+type UIDPool struct {
+	first, last uint32
+
+	mu   sync.Mutex
+	busy map[uint32]*os.File // held uids and their locks
+	next uint32
+}
+
+// ParseUIDRange parses "FIRST-LAST" (inclusive).
+func ParseUIDRange(s string) (first, last uint32, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	f, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	l, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("uid range %q: want FIRST-LAST, two decimal uids", s)
+	}
+	return uint32(f), uint32(l), nil
+}
+
+// NewUIDPool returns the pool of uids first..last. It refuses a range that
+// is empty, holds uid 0, 65534 (nobody) or 65535 and 2^32-1 (the
+// kernel's and 16-bit systems' "no uid"), is larger than 65536 uids, or
+// overlaps a user or group of the system's account databases.
+func NewUIDPool(first, last uint32) (*UIDPool, error) {
+	switch {
+	case first == 0 || last < first:
+		return nil, fmt.Errorf("uid range %d-%d: want 0 < FIRST <= LAST", first, last)
+	case uint64(last)-uint64(first)+1 > maxUIDRange:
+		return nil, fmt.Errorf("uid range %d-%d: %d uids, more than %d", first, last, uint64(last)-uint64(first)+1, maxUIDRange)
+	case last == ^uint32(0):
+		return nil, fmt.Errorf("uid range %d-%d: holds %d, the kernel's \"no uid\"", first, last, last)
+	}
+	for _, reserved := range []uint32{65534, 65535} {
+		if first <= reserved && reserved <= last {
+			return nil, fmt.Errorf("uid range %d-%d: holds %d (nobody or the 16-bit \"no uid\")", first, last, reserved)
+		}
+	}
+	for id := first; ; id++ {
+		s := strconv.FormatUint(uint64(id), 10)
+		if u, err := user.LookupId(s); err == nil {
+			return nil, fmt.Errorf("uid range %d-%d: uid %d is the account %q; transient check uids must belong to no account", first, last, id, u.Username)
+		}
+		if g, err := user.LookupGroupId(s); err == nil {
+			return nil, fmt.Errorf("uid range %d-%d: gid %d is the group %q; transient check gids must belong to no group", first, last, id, g.Name)
+		}
+		if id == last {
+			break
+		}
+	}
+	if err := os.MkdirAll(UIDLockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("uid locks: %w", err)
+	}
+	fd, err := openWorkRoot(UIDLockDir, false)
+	if err != nil {
+		return nil, fmt.Errorf("uid locks: %w", err)
+	}
+	_ = unix.Close(fd)
+	return &UIDPool{first: first, last: last, busy: map[uint32]*os.File{}, next: first}, nil
+}
+
+// Range returns the pool's range as "FIRST-LAST".
+func (p *UIDPool) Range() string { return fmt.Sprintf("%d-%d", p.first, p.last) }
+
+// ErrNoUID means every uid of the pool is held by a live check or has a
+// live process.
+var ErrNoUID = errors.New("no free transient uid")
+
+// Acquire returns a uid no live check holds and no live process has, and
+// marks it held until Release.
+func (p *UIDPool) Acquire() (uint32, error) {
+	live, err := liveUIDs()
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := uint64(p.last) - uint64(p.first) + 1
+	for range n {
+		uid := p.next
+		if p.next == p.last {
+			p.next = p.first
+		} else {
+			p.next++
+		}
+		if p.busy[uid] != nil || live[uid] {
+			continue
+		}
+		lock, err := lockUID(uid)
+		if err != nil {
+			return 0, err
+		}
+		if lock == nil {
+			continue // another process holds it
+		}
+		p.busy[uid] = lock
+		return uid, nil
+	}
+	return 0, fmt.Errorf("%w in %d-%d: %d held by running checks, the rest have live processes", ErrNoUID, p.first, p.last, len(p.busy))
+}
+
+// Release returns uid to the pool. Call it only once no process of uid is
+// alive.
+func (p *UIDPool) Release(uid uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lock := p.busy[uid]; lock != nil {
+		_ = lock.Close() // drops the flock
+	}
+	delete(p.busy, uid)
+}
+
+// lockUID takes uid's lock file without waiting; nil, nil when another
+// process holds it.
+func lockUID(uid uint32) (*os.File, error) {
+	name := UIDLockDir + "/" + strconv.FormatUint(uint64(uid), 10)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock uid %d: %w", uid, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock uid %d: %w", uid, err)
+	}
+	return f, nil
+}
+
+// Sweep kills every process of every uid of the pool that no live check
+// holds (neither of this pool nor of another process holding the uid's
+// lock): what a signet that died during a check left behind. It returns
+// the uids that had processes.
+func (p *UIDPool) Sweep() (swept []uint32, err error) {
+	live, err := liveUIDs()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for uid := range live {
+		if uid < p.first || uid > p.last || p.busy[uid] != nil {
+			continue
+		}
+		lock, err := lockUID(uid)
+		if err != nil || lock == nil {
+			errs = append(errs, err)
+			continue
+		}
+		swept = append(swept, uid)
+		errs = append(errs, killUID(uid))
+		_ = lock.Close()
+	}
+	return swept, errors.Join(errs...)
+}
+
+// liveUIDs returns every uid that a live (non-zombie) process has as its
+// real, effective, saved or filesystem uid, read from /proc/<pid>/status,
+// which every process may read, whatever the target's dumpability.
+func liveUIDs() (map[uint32]bool, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	uids := map[uint32]bool{}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		ids, alive := procUIDs(e.Name())
+		if !alive {
+			continue
+		}
+		for _, id := range ids {
+			uids[id] = true
+		}
+	}
+	return uids, nil
+}
+
+// procUIDs reads a process's state and four uids from its status file;
+// alive is false for a zombie or a process that is gone.
+func procUIDs(pid string) (ids []uint32, alive bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return nil, false
+	}
+	for line := range strings.Lines(string(b)) {
+		switch {
+		case strings.HasPrefix(line, "State:"):
+			f := strings.Fields(line)
+			if len(f) > 1 && (f[1] == "Z" || f[1] == "X") {
+				return nil, false
+			}
+		case strings.HasPrefix(line, "Uid:"):
+			for _, f := range strings.Fields(line)[1:] {
+				if id, err := strconv.ParseUint(f, 10, 32); err == nil {
+					ids = append(ids, uint32(id))
+				}
+			}
+		}
+	}
+	return ids, true
+}
+
+// uidAlive reports whether any live process has uid.
+func uidAlive(uid uint32) (bool, error) {
+	live, err := liveUIDs()
+	return live[uid], err
+}
+
+// uidKillWait bounds how long killUID waits for the uid's processes to die.
+const uidKillWait = 5 * time.Second
+
+// killUID sends SIGKILL to every process of uid and waits until none is
+// alive. It signals as the uid itself: on a thread of its own whose real
+// and effective uid it sets to uid, kill(-1, SIGKILL) reaches exactly the
+// processes whose real or saved uid is uid (never signet, never another
+// check), in one pass over the process table that a fork cannot escape
+// (the kernel refuses to finish a fork whose parent has a fatal signal
+// pending). The thread is never handed back to the Go scheduler: it exits
+// with its goroutine.
+func killUID(uid uint32) error {
+	if uid == 0 {
+		return errors.New("refusing to kill every process of uid 0")
+	}
+	deadline := time.Now().Add(uidKillWait)
+	for {
+		if err := killAllAs(uid); err != nil {
+			return err
+		}
+		alive, err := uidAlive(uid)
+		if err != nil {
+			return err
+		}
+		if !alive {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes of uid %d still alive %v after SIGKILL", uid, uidKillWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// killAllAs runs kill(-1, SIGKILL) with uid as its real and effective uid.
+func killAllAs(uid uint32) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Locked and never unlocked: the runtime ends this thread, with
+		// its changed credentials, when the goroutine returns.
+		runtime.LockOSThread()
+		// The raw syscall changes this thread only (glibc and Go's
+		// syscall.Setresuid change every thread of the process).
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), ^uintptr(0)); e != 0 {
+			errc <- fmt.Errorf("kill processes of uid %d: setresuid: %w", uid, e)
+			return
+		}
+		err := unix.Kill(-1, unix.SIGKILL)
+		if errors.Is(err, unix.ESRCH) {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("kill processes of uid %d: %w", uid, err)
+		}
+		errc <- err
+	}()
+	return <-errc
+}

@@ -160,14 +160,18 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		forkExec(b, script, result)
 	}
 	fork := float64(time.Since(start).Microseconds()) / 1000 / floorRuns
-	be, err := local.NewBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
+	pool, err := local.NewUIDPool(67584, 67599)
 	require.NoError(b, err)
 	body, err := os.ReadFile(script)
 	require.NoError(b, err)
 	start = time.Now()
+	cgroup, _ := local.FindCgroupParent()
+	require.NoError(b, local.EnsureWorkRoot(e.work, true))
 	for i := range floorRuns {
+		uid, err := pool.Acquire()
+		require.NoError(b, err)
 		rep, err := local.Run(b.Context(), local.Request{
-			Script: body, ScriptName: "trivial.sh", User: be.User, WorkRoot: e.work, Deadline: time.Now().Add(time.Minute),
+			Script: body, ScriptName: "trivial.sh", User: &local.User{UID: uid, GID: uid}, Cgroup: cgroup, WorkRoot: e.work, Deadline: time.Now().Add(time.Minute),
 			Env: map[string]string{
 				specs.EnvRunID: "bench", specs.EnvCheckName: "trivial", specs.EnvCheckIndex: strconv.Itoa(i),
 				specs.EnvNonce: "0123456789abcdef", specs.EnvParticipantIndex: "0", specs.EnvParticipants: "1", specs.EnvGPUCount: "0",
@@ -175,6 +179,7 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		})
 		require.NoError(b, err)
 		require.True(b, rep.Termination.Exited)
+		pool.Release(uid)
 	}
 	localRun := float64(time.Since(start).Microseconds()) / 1000 / floorRuns
 

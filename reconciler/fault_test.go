@@ -85,8 +85,9 @@ func newFaultRig(t *testing.T) *faultRig {
 		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: remoteTimeout,
 	})
 	require.NoError(t, err)
-	lb, err := local.NewBackend(reconciler.LocalConfig{Enabled: true, User: "nobody", Grace: 1})
+	lb, err := local.NewBackend(reconciler.LocalConfig{Enabled: true, Grace: 1})
 	require.NoError(t, err)
+	lb.WorkRoot = localWorkRoot(t)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	g.r, err = reconciler.New(cfg, reconciler.Options{
 		Logger: log, Store: store, Source: src, Key: key,
@@ -271,4 +272,13 @@ func (g *faultRig) checkBranch(t *testing.T) {
 		ok := inRun || f == want[0] || f == want[len(want)-1] || slices.Contains(g.comp.Files(), f)
 		assert.True(t, ok, "unexpected file %s on the branch", f)
 	}
+}
+
+// localWorkRoot is a work root for a local backend made by hand, under a
+// directory every check user can search, as the family makes one.
+func localWorkRoot(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(testenv.WorldDir(t), "work")
+	require.NoError(t, local.EnsureWorkRoot(dir, os.Geteuid() == 0))
+	return dir
 }

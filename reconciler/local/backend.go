@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -94,17 +95,27 @@ func (b *Backend) Run(ctx context.Context, c *backend.CheckRun) (*backend.CheckR
 		Script: c.Script, ScriptName: path.Base(c.Check.Script), Env: c.Env(0), Deadline: c.Deadline,
 		Grace: b.Grace, MaxLogBytes: b.MaxLogBytes, WorkRoot: b.WorkRoot, Cgroup: b.Cgroup,
 	}
-	if b.UIDs != nil {
-		uid, err := b.UIDs.Acquire()
-		if err != nil {
-			close(done)
-			return nil, err
+	var rep *Report
+	var err error
+	for attempt := 0; ; attempt++ {
+		if b.UIDs != nil {
+			uid, aerr := b.UIDs.Acquire()
+			if aerr != nil {
+				close(done)
+				return nil, aerr
+			}
+			req.User = &User{UID: uid, GID: uid}
 		}
-		// Run returns once no process of uid is alive.
-		defer b.UIDs.Release(uid)
-		req.User = &User{UID: uid, GID: uid}
+		rep, err = Run(ctx, req)
+		if b.UIDs != nil {
+			// Run returns once no process of the uid is alive.
+			b.UIDs.Release(req.User.UID)
+		}
+		// A uid something of a dead signet still runs as: take another.
+		if !errors.Is(err, ErrUIDAlive) || attempt >= 3 {
+			break
+		}
 	}
-	rep, err := Run(ctx, req)
 	close(done)
 	if err != nil && rep == nil {
 		return nil, err

@@ -212,7 +212,7 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 		// one's environment and result file or trace it.
 		if alive, err := uidAlive(u.UID); err != nil || alive {
 			if err == nil {
-				err = fmt.Errorf("uid %d has live processes: a check does not start while any process of its uid is alive", u.UID)
+				err = fmt.Errorf("uid %d has live processes: %w", u.UID, ErrUIDAlive)
 			}
 			return notStarted(&StartError{Err: err})
 		}
@@ -333,10 +333,10 @@ func Run(ctx context.Context, req Request) (*Report, error) {
 }
 
 // contain ends whatever the check left behind outside its process group,
-// once its group is gone: every process of its cgroup (cgroup.kill), then,
-// when it ran as a User, every process of its uid (which, with a cgroup,
-// only one that escaped it can be: that is noted). It records the cgroup's
-// peak memory where the hierarchy accounts memory.
+// once its group is gone: every process of its cgroup (cgroup.kill), which
+// no process of the check can leave (it may not write any cgroup), or,
+// without a cgroup, when it ran as a User, every process of its uid. It
+// records the cgroup's peak memory where the hierarchy accounts memory.
 func contain(req Request, cg *cgroup, term *specs.Termination) (notes []string) {
 	if cg != nil {
 		had, err := cg.kill()
@@ -349,6 +349,7 @@ func contain(req Request, cg *cgroup, term *specs.Termination) (notes []string) 
 		if peak := cg.peakMemory(); peak >= 0 {
 			term.PeakMemoryBytes = peak
 		}
+		return notes
 	}
 	if req.User == nil {
 		return notes
@@ -359,9 +360,6 @@ func contain(req Request, cg *cgroup, term *specs.Termination) (notes []string) 
 	}
 	if !alive {
 		return notes
-	}
-	if cg != nil {
-		notes = append(notes, fmt.Sprintf("processes of uid %d were alive outside the check's cgroup", req.User.UID))
 	}
 	if err := killUID(req.User.UID); err != nil {
 		return append(notes, err.Error())

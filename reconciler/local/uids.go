@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -95,17 +96,17 @@ func NewUIDPool(first, last uint32) (*UIDPool, error) {
 // Range returns the pool's range as "FIRST-LAST".
 func (p *UIDPool) Range() string { return fmt.Sprintf("%d-%d", p.first, p.last) }
 
-// ErrNoUID means every uid of the pool is held by a live check or has a
-// live process.
+// ErrNoUID means every uid of the pool is held by a live check.
 var ErrNoUID = errors.New("no free transient uid")
 
-// Acquire returns a uid no live check holds and no live process has, and
-// marks it held until Release.
+// ErrUIDAlive is wrapped by Run's StartError when a process of the
+// request's uid is alive.
+var ErrUIDAlive = errors.New("a check does not start while any process of its uid is alive")
+
+// Acquire returns a uid no live check holds, and marks it held until
+// Release. Run refuses it while a process of it is alive (ErrUIDAlive):
+// release it and acquire another.
 func (p *UIDPool) Acquire() (uint32, error) {
-	live, err := liveUIDs()
-	if err != nil {
-		return 0, err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := uint64(p.last) - uint64(p.first) + 1
@@ -116,7 +117,7 @@ func (p *UIDPool) Acquire() (uint32, error) {
 		} else {
 			p.next++
 		}
-		if p.busy[uid] != nil || live[uid] {
+		if p.busy[uid] != nil {
 			continue
 		}
 		lock, err := lockUID(uid)
@@ -129,7 +130,7 @@ func (p *UIDPool) Acquire() (uint32, error) {
 		p.busy[uid] = lock
 		return uid, nil
 	}
-	return 0, fmt.Errorf("%w in %d-%d: %d held by running checks, the rest have live processes", ErrNoUID, p.first, p.last, len(p.busy))
+	return 0, fmt.Errorf("%w in %d-%d: %d held by running checks, the rest held by other processes", ErrNoUID, p.first, p.last, len(p.busy))
 }
 
 // Release returns uid to the pool. Call it only once no process of uid is
@@ -248,22 +249,21 @@ func uidAlive(uid uint32) (bool, error) {
 const uidKillWait = 5 * time.Second
 
 // killUID sends SIGKILL to every process of uid and waits until none is
-// alive. It signals as the uid itself: on a thread of its own whose real
-// and effective uid it sets to uid, kill(-1, SIGKILL) reaches exactly the
-// processes whose real or saved uid is uid (never signet, never another
-// check), in one pass over the process table that a fork cannot escape
-// (the kernel refuses to finish a fork whose parent has a fatal signal
-// pending). The thread is never handed back to the Go scheduler: it exits
-// with its goroutine.
+// alive. It signals as the uid itself, from a shell started as uid:
+// kill(-1, SIGKILL) reaches exactly the processes whose real or saved uid
+// is uid (never signet, never another check), in one pass over the
+// process table that a fork cannot escape (the kernel refuses to finish a
+// fork whose parent has a fatal signal pending). signet's own threads
+// never take the uid: a process of it could then signal signet.
 func killUID(uid uint32) error {
 	if uid == 0 {
 		return errors.New("refusing to kill every process of uid 0")
 	}
 	deadline := time.Now().Add(uidKillWait)
 	for {
-		if err := killAllAs(uid); err != nil {
-			return err
-		}
+		// The shell may itself be killed by a process of uid: the loop
+		// looks again.
+		_ = killAllAs(uid)
 		alive, err := uidAlive(uid)
 		if err != nil {
 			return err
@@ -278,27 +278,18 @@ func killUID(uid uint32) error {
 	}
 }
 
-// killAllAs runs kill(-1, SIGKILL) with uid as its real and effective uid.
+// killAllAs runs kill(-1, SIGKILL) as uid, from /bin/sh's kill builtin.
 func killAllAs(uid uint32) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Locked and never unlocked: the runtime ends this thread, with
-		// its changed credentials, when the goroutine returns.
-		runtime.LockOSThread()
-		// The raw syscall changes this thread only (glibc and Go's
-		// syscall.Setresuid change every thread of the process).
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), ^uintptr(0)); e != 0 {
-			errc <- fmt.Errorf("kill processes of uid %d: setresuid: %w", uid, e)
-			return
-		}
-		err := unix.Kill(-1, unix.SIGKILL)
-		if errors.Is(err, unix.ESRCH) {
-			err = nil
-		}
-		if err != nil {
-			err = fmt.Errorf("kill processes of uid %d: %w", uid, err)
-		}
-		errc <- err
-	}()
-	return <-errc
+	cmd := exec.Command("/bin/sh", "-c", "kill -KILL -1 2>/dev/null; exit 0")
+	cmd.Env = []string{"PATH=" + SafePATH}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kill processes of uid %d: %w", uid, err)
+	}
+	return nil
 }

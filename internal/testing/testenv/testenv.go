@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,14 +74,15 @@ func Signet(t testing.TB) string {
 func Cleanup() {}
 
 // WorldDir returns a fresh directory that every user may write to (mode
-// 0777, in the system temporary directory), removed when the test ends:
+// 1777, in the system temporary directory), removed when the test ends:
 // check scripts running as an unprivileged user leave their side effects
 // there.
 func WorldDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "signet-world-")
 	require.NoError(t, err)
-	require.NoError(t, os.Chmod(d, 0o777))
+	// Sticky, as /tmp is: a work root under it passes signet's checks.
+	require.NoError(t, os.Chmod(d, 0o1777))
 	t.Cleanup(func() { _ = os.RemoveAll(d) })
 	return d
 }
@@ -192,6 +192,11 @@ type Repo struct {
 func NewRepo(t testing.TB) *Repo {
 	t.Helper()
 	r := &Repo{Dir: t.TempDir(), Side: WorldDir(t), t: t}
+	// Every check runs as a transient uid of its own (when the test runs
+	// as root): the effects file is made here, writable by all of them.
+	effects := filepath.Join(r.Side, "effects")
+	require.NoError(t, os.WriteFile(effects, nil, 0o666))
+	require.NoError(t, os.Chmod(effects, 0o666))
 	gittest.Git(t, r.Dir, "init", "-q", "-b", "main")
 	r.WriteFile("README.md", "spec repository of a test\n")
 	r.Commit("init")
@@ -304,10 +309,10 @@ func (r *Repo) Approve(keyFile, action string, objects ...string) string {
 func (r *Repo) Effects() []string {
 	r.t.Helper()
 	b, err := os.ReadFile(filepath.Join(r.Side, "effects"))
-	if errors.Is(err, os.ErrNotExist) {
+	require.NoError(r.t, err)
+	if len(b) == 0 {
 		return nil
 	}
-	require.NoError(r.t, err)
 	return strings.Fields(strings.ReplaceAll(string(b), " ", "/"))
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -161,7 +162,9 @@ func sweepCgroups(parent string) error {
 	var errs []error
 	for _, d := range dirs {
 		c := &cgroup{dir: d, fd: -1}
-		if _, err := c.kill(); err != nil {
+		if _, err := c.kill(); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
 			errs = append(errs, err)
 			continue
 		}

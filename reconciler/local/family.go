@@ -2,7 +2,11 @@ package local
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -51,10 +55,18 @@ func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, er
 	if lb.UIDs != nil {
 		cg, why := FindCgroupParent()
 		if cg != "" {
-			if err := sweepCgroups(cg); err != nil {
+			// The cgroups of this work root's checks, apart from those of
+			// any other signet in the same cgroup: the sweep ends only
+			// what this signet left.
+			sum := sha256.Sum256([]byte(lb.WorkRoot))
+			dir := filepath.Join(cg, "signet-"+hex.EncodeToString(sum[:6]))
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("check cgroups: %w", err)
+			}
+			if err := sweepCgroups(dir); err != nil {
 				return nil, fmt.Errorf("sweeping check cgroups: %w", err)
 			}
-			lb.Cgroup = cg
+			lb.Cgroup = dir
 		}
 		uids, err := lb.UIDs.Sweep()
 		if err != nil {

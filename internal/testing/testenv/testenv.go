@@ -82,7 +82,7 @@ func WorldDir(t testing.TB) string {
 	d, err := os.MkdirTemp("", "signet-world-")
 	require.NoError(t, err)
 	// Sticky, as /tmp is: a work root under it passes signet's checks.
-	require.NoError(t, os.Chmod(d, 0o1777))
+	require.NoError(t, os.Chmod(d, os.ModeSticky|0o777))
 	t.Cleanup(func() { _ = os.RemoveAll(d) })
 	return d
 }

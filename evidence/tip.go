@@ -54,6 +54,11 @@ func (s *Store) refresh(ctx context.Context) error {
 		return err
 	}
 	s.consolidate()
+	// Another writer (a stale or a new leader) may have kept a newer tip:
+	// the remote must descend from it too.
+	if err := s.loadKept(ctx); err != nil {
+		return err
+	}
 	if err := s.verifyTip(tip); err != nil {
 		return err
 	}

@@ -148,6 +148,7 @@ type Store struct {
 	// unanchored: nothing held the tip at Open; the first fetch decides
 	// (ErrUnanchored, AcceptCurrentTip, or first use of a new branch).
 	unanchored bool
+	firstUse   bool // StateDir says this store found no branch (state.FirstUse)
 	closed     bool
 }
 
@@ -157,6 +158,10 @@ type state struct {
 	Branch string `json:"branch"`
 	Tip    string `json:"tip"`
 	Pushed string `json:"pushed,omitempty"`
+	// FirstUse: the store found no branch and may have created it; a
+	// crash between its first push and the next state write leaves the
+	// branch it created and no tip.
+	FirstUse bool `json:"firstUse,omitempty"`
 }
 
 const (
@@ -263,6 +268,7 @@ func (s *Store) open(ctx context.Context) error {
 		// The mirror may lack the remembered tip (a crash before a
 		// flush): the fetch brings it back, or proves a rollback.
 		s.tip, s.pushed = plumbing.NewHash(st.Tip), plumbing.NewHash(st.Pushed)
+		s.firstUse = st.FirstUse && s.tip.IsZero()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

@@ -64,16 +64,25 @@ func (s *Store) refresh(ctx context.Context) error {
 	}
 	s.pinned = plumbing.ZeroHash // verified once: every later tip descends from this one
 	if s.unanchored {
-		if !tip.IsZero() {
+		switch {
+		case !tip.IsZero() && s.firstUse:
+			// Created by this store's own first push, whose tip a crash
+			// kept from StateDir: trusted as first use was.
+			s.opts.Logger.Warn("evidence: the branch this store found missing exists now: taking its tip as the first known tip",
+				"url", s.remote.URL(), "branch", s.opts.Branch, "tip", tip.String())
+		case !tip.IsZero():
 			if !s.opts.AcceptCurrentTip {
 				return fmt.Errorf("%w: %s branch %s is at %s, and %s: pin a tip you audited, or accept this one once",
 					ErrUnanchored, s.remote.URL(), s.opts.Branch, tip, s.memoryText())
 			}
 			s.opts.Logger.Warn("evidence: accepting the branch's current tip as the first known tip: no tip was remembered or pinned",
 				"url", s.remote.URL(), "branch", s.opts.Branch, "tip", tip.String())
-		} else {
+		default:
 			s.opts.Logger.Info("evidence: the branch does not exist yet: first use, the first append creates it",
 				"url", s.remote.URL(), "branch", s.opts.Branch)
+			if err := s.writeState(state{URL: s.remote.URL(), Branch: s.opts.Branch, FirstUse: true}); err != nil {
+				return fmt.Errorf("evidence: remember first use: %w", err)
+			}
 		}
 		s.unanchored = false
 	}
@@ -142,13 +151,10 @@ func (s *Store) setTip(ctx context.Context, tip plumbing.Hash, pushed bool) erro
 	} else if !s.pushed.IsZero() {
 		st.Pushed = s.pushed.String()
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n')); err != nil {
+	if err := s.writeState(st); err != nil {
 		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
 	}
+	s.firstUse = false
 	s.tip = tip
 	if pushed {
 		s.pushed = tip
@@ -157,6 +163,15 @@ func (s *Store) setTip(ctx context.Context, tip plumbing.Hash, pushed bool) erro
 		return err
 	}
 	return s.keepTip(ctx, tip)
+}
+
+// writeState replaces the state file atomically.
+func (s *Store) writeState(st state) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n'))
 }
 
 // keepTipAttempts bounds the compare-and-swap retries of keepTip while

@@ -125,3 +125,35 @@ func TestFinding6KeptTipSurvivesLostStateDir(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, two, kept.Tip, "the kept tip is never moved back")
 }
+
+// TestFirstUseSurvivesCrashBeforeStateWrite: a store that found no branch
+// remembers that in StateDir, so a crash between its first push and the
+// state write (the branch exists, no tip remembered) restarts as first
+// use, logged, instead of refusing its own branch; it is held to that tip
+// from then on.
+func TestFirstUseSurvivesCrashBeforeStateWrite(t *testing.T) {
+	remote := filepath.Join(t.TempDir(), "evidence.git")
+	gittest.InitBare(t, remote)
+	opts := tipOptions(t, remote)
+	s, err := evidence.Open(t.Context(), opts)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	// The push that landed unrecorded, played by another store.
+	other := tipOptions(t, remote)
+	w, err := evidence.Open(t.Context(), other)
+	require.NoError(t, err)
+	one := appendRun(t, w, "a/one")
+	require.NoError(t, w.Close())
+
+	var log bytes.Buffer
+	opts.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	s, err = evidence.Open(t.Context(), opts)
+	require.NoError(t, err)
+	assert.Equal(t, one, s.Tip())
+	assert.Contains(t, log.String(), "tip="+one)
+	two := appendRun(t, s, "a/two")
+	require.NoError(t, s.Close())
+	gittest.Git(t, remote, "update-ref", "refs/heads/"+evidence.DefaultBranch, one)
+	_, err = evidence.Open(t.Context(), opts)
+	require.ErrorIs(t, err, evidence.ErrRolledBack, "past first use, %s is remembered", two)
+}

@@ -53,5 +53,5 @@ func unanchoredHint(cfg *Config, err error) error {
 	return fmt.Errorf("evidence store: %w\n"+
 		"a person must act, once: audit the branch (signet audit --repo %s --branch %s --trust FILE prints the tip to pin at the end of a clean audit) "+
 		"and set evidence.pinnedTip in the reconciler's config to it (signet run: --pinned-tip), or start it once with --accept-current-tip to trust the branch as it is now",
-		err, cfg.Evidence.URL, cfg.Evidence.Branch)
+		err, redactURL(cfg.Evidence.URL), cfg.Evidence.Branch)
 }

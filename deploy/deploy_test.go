@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/kube"
@@ -218,6 +219,62 @@ func TestDeployBase(t *testing.T) {
 	t.Run("node writes", func(t *testing.T) { nodeWrites(t, env, rc, nodeName) })
 	t.Run("rbac", func(t *testing.T) { rbac(t, rc, nodeName) })
 	t.Run("kubectl auth can-i", func(t *testing.T) { canI(t, kubectl, kubeconfig) })
+	t.Run("evidence tip ConfigMap", func(t *testing.T) { tipConfigMap(t, rc) })
+}
+
+// tipConfigMap: as the reconciler, the keeper of the shipped config reads
+// the shipped (empty) tip ConfigMap and swaps a tip into it; a stale swap
+// is refused; no other ConfigMap of the namespace can be read.
+func tipConfigMap(t *testing.T, rc kubernetes.Interface) {
+	ctx := t.Context()
+	k := kube.NewTipKeeper(rc, systemNS, tipConfigMapName)
+	empty, err := k.LoadTip(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, empty.Tip, "shipped without a tip")
+	next := evidence.KeptTip{URL: "https://git.example.invalid/fleet/specs.git", Branch: "signet/evidence", Tip: strings.Repeat("1", 40)}
+	_, err = k.SwapTip(ctx, empty, next)
+	require.NoError(t, err)
+	_, err = k.SwapTip(ctx, empty, next)
+	require.ErrorIs(t, err, evidence.ErrTipConflict)
+	_, err = rc.CoreV1().ConfigMaps(systemNS).Get(ctx, "signet-config", metav1.GetOptions{})
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "want Forbidden, got %v", err)
+}
+
+const tipConfigMapName = "signet-evidence-tip"
+
+// TestFinding6ShippedTipKept: the shipped deployment keeps stateDir on an
+// emptyDir, so its configuration must keep the evidence tip in an object
+// that outlives the pod: a ConfigMap the base ships, in the reconciler's
+// namespace, empty (the reconciler fills it).
+func TestFinding6ShippedTipKept(t *testing.T) {
+	objs := render(t)
+	cm := find(t, objs, "ConfigMap", systemNS, "signet-config")
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(data), 0o600))
+	cfg, err := reconciler.LoadConfig(file)
+	require.NoError(t, err)
+
+	var dep appsv1.Deployment
+	decode(t, find(t, objs, "Deployment", systemNS, "signet-reconciler"), &dep)
+	var stateVolume string
+	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == cfg.StateDir {
+			stateVolume = m.Name
+		}
+	}
+	require.NotEmpty(t, stateVolume, "stateDir %s is on no volume", cfg.StateDir)
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == stateVolume && v.PersistentVolumeClaim != nil {
+			return // a persistent StateDir keeps the tip itself
+		}
+	}
+	require.NotNil(t, cfg.Evidence.TipConfigMap, "stateDir is lost with the pod and evidence.tipConfigMap is unset: a restart forgets the evidence tip")
+	assert.Equal(t, reconciler.ObjectRef{Namespace: systemNS, Name: tipConfigMapName}, *cfg.Evidence.TipConfigMap, "rbac.yaml grants get/update on this name")
+	tip := find(t, objs, "ConfigMap", systemNS, tipConfigMapName)
+	_, hasData := tip.Object["data"]
+	assert.False(t, hasData, "the shipped tip ConfigMap holds data: a re-apply would overwrite the kept tip")
 }
 
 // nodeWrites checks what the policy lets the reconciler change on a Node.
@@ -453,6 +510,7 @@ func canI(t *testing.T, kubectl, kubeconfig string) {
 			"leases.coordination.k8s.io [] [signet-reconciler] [get update]",
 			"leases.coordination.k8s.io [] [] [create]",
 			"events [] [] [create patch]",
+			"configmaps [] [signet-evidence-tip] [get update]",
 		}),
 	}
 	run := func(args ...string) (string, int) {
@@ -520,6 +578,9 @@ func canI(t *testing.T, kubectl, kubeconfig string) {
 		{[]string{"update", "leases.coordination.k8s.io/signet-reconciler", "-n", systemNS}, true},
 		{[]string{"update", "leases.coordination.k8s.io/other", "-n", systemNS}, false},
 		{[]string{"create", "configmaps", "-n", systemNS}, false},
+		{[]string{"update", "configmaps/signet-evidence-tip", "-n", systemNS}, true},
+		{[]string{"delete", "configmaps/signet-evidence-tip", "-n", systemNS}, false},
+		{[]string{"update", "configmaps/other", "-n", systemNS}, false},
 		{[]string{"update", "configmaps", "-n", checksNS}, false},
 		{[]string{"*", "*", "--all-namespaces"}, false},
 	}

@@ -254,7 +254,7 @@ func BenchmarkPush(b *testing.B) {
 				cpu.stop()
 				b.StopTimer()
 				require.NoError(b, s.keep(bl))
-				require.NoError(b, s.setTip(c, true))
+				require.NoError(b, s.setTip(b.Context(), c, true))
 				b.StartTimer()
 			}
 			cpu.report(b)

@@ -21,8 +21,13 @@
 //     fetches, rebuilds on the new tip and retries within
 //     StoreOptions.Timeout;
 //   - act on a rewritten branch: the last tip it pushed or verified is kept
-//     in StateDir (written atomically), and a remote tip that does not
-//     descend from it fails with ErrRolledBack until a person looks;
+//     in StateDir (written atomically) and, with a TipKeeper, where a lost
+//     StateDir cannot take it along (compare-and-swap, never a blind
+//     overwrite); a remote tip that does not descend from it, or from a
+//     pinned tip, fails with ErrRolledBack until a person looks;
+//   - trust a tip it cannot hold: with nothing remembered, kept or pinned,
+//     an existing branch fails Open with ErrUnanchored unless the caller
+//     accepts its current tip (a branch not yet created is first use);
 //   - send what the remote has: a push carries exactly the objects the
 //     append created (gitobj.Remote speaks receive-pack itself);
 //   - show credentials: URLs lose their userinfo and secrets are scrubbed
@@ -33,7 +38,8 @@
 // allowed-signers file.
 //
 // Errors: ErrExists (another writer won: abandon the step), ErrRolledBack
-// (a person must act), ErrNotFound, ErrInvalidPath; a *RemoteError that
+// and ErrUnanchored (a person must act), ErrTipConflict (the kept tip
+// moved under the store: the next Refresh decides), ErrNotFound, ErrInvalidPath; a *RemoteError that
 // unwraps to ErrUnreachable (retry later), ErrAuth (fix the credentials)
 // or ErrRejected (the remote refused for a reason other than a race).
 package evidence

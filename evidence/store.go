@@ -101,6 +101,20 @@ type StoreOptions struct {
 	// Logger receives what the store does in the background (consolidating
 	// the mirror's packs); slog.Default() when nil.
 	Logger *slog.Logger
+	// Keeper, when set, keeps the last known tip besides StateDir, where a
+	// restart that loses StateDir cannot lose it. The remote tip must
+	// descend from both; every new verified tip is swapped into it.
+	Keeper TipKeeper
+	// Pinned is a tip an operator pinned (40 hex, as `signet audit`
+	// prints it): the remote tip must descend from it at Open. With
+	// neither a remembered nor a pinned tip, Open of an existing branch
+	// fails with ErrUnanchored unless AcceptCurrentTip is set.
+	Pinned string
+	// AcceptCurrentTip trusts the branch's tip at Open when nothing
+	// remembered or pinned holds it (logged); from then on it is
+	// remembered like any other tip. A branch that does not exist yet
+	// needs no anchor: nothing can have been rolled back.
+	AcceptCurrentTip bool
 }
 
 // Store is an append-only evidence branch on a Git remote. Its methods
@@ -129,7 +143,13 @@ type Store struct {
 	mu     sync.Mutex
 	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
 	pushed plumbing.Hash // last tip this store pushed
-	closed bool
+	kept   KeptTip       // the Keeper's record as last read or swapped
+	pinned plumbing.Hash // StoreOptions.Pinned until a fetched tip was verified against it
+	// unanchored: nothing held the tip at Open; the first fetch decides
+	// (ErrUnanchored, AcceptCurrentTip, or first use of a new branch).
+	unanchored bool
+	firstUse   bool // StateDir says this store found no branch (state.FirstUse)
+	closed     bool
 }
 
 // state is what StateDir remembers across restarts.
@@ -138,6 +158,10 @@ type state struct {
 	Branch string `json:"branch"`
 	Tip    string `json:"tip"`
 	Pushed string `json:"pushed,omitempty"`
+	// FirstUse: the store found no branch and may have created it; a
+	// crash between its first push and the next state write leaves the
+	// branch it created and no tip.
+	FirstUse bool `json:"firstUse,omitempty"`
 }
 
 const (
@@ -147,9 +171,11 @@ const (
 )
 
 // Open opens the store: it locks StateDir, opens (or creates) the local
-// bare mirror there, and fetches the branch. When StateDir remembers a tip,
-// a remote tip that does not descend from it fails with ErrRolledBack; a
-// fresh StateDir trusts the first tip it sees.
+// bare mirror there, and fetches the branch. A remote tip that does not
+// descend from the tip StateDir remembers, the Keeper keeps or Pinned
+// names fails with ErrRolledBack (as does a missing branch). With none of
+// the three and an existing branch, Open fails with ErrUnanchored unless
+// AcceptCurrentTip is set; a branch that does not exist yet is first use.
 func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 	if opts.Branch == "" {
 		opts.Branch = DefaultBranch
@@ -173,6 +199,8 @@ func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 		return nil, errors.New("evidence: StoreOptions.Author and Email are required")
 	case strings.ContainsAny(opts.Author, "<>\n\x00") || strings.ContainsAny(opts.Email, "<>\n\x00 "):
 		return nil, fmt.Errorf("evidence: StoreOptions.Author %q or Email %q holds a character Git refuses in an identity", opts.Author, opts.Email)
+	case opts.Pinned != "" && !IsCommitHash(opts.Pinned):
+		return nil, fmt.Errorf("evidence: StoreOptions.Pinned %q is not a commit hash (40 lowercase hex)", opts.Pinned)
 	}
 	rm, err := gitobj.NewRemote(opts.URL, opts.Auth)
 	if err != nil {
@@ -240,9 +268,17 @@ func (s *Store) open(ctx context.Context) error {
 		// The mirror may lack the remembered tip (a crash before a
 		// flush): the fetch brings it back, or proves a rollback.
 		s.tip, s.pushed = plumbing.NewHash(st.Tip), plumbing.NewHash(st.Pushed)
+		s.firstUse = st.FirstUse && s.tip.IsZero()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	if err := s.loadKept(ctx); err != nil {
+		return err
+	}
+	if s.opts.Pinned != "" {
+		s.pinned = plumbing.NewHash(s.opts.Pinned)
+	}
+	s.unanchored = s.tip.IsZero() && s.kept.Tip == "" && s.pinned.IsZero()
 	// Under s.mu as every other caller of refresh: the fetch can start a
 	// consolidation (consolidate), whose swap closes and reindexes s.st
 	// while the ancestry check after it reads s.st.
@@ -348,7 +384,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 					return "", err
 				}
 				if ok { // an earlier push landed though we did not hear back
-					if err := s.setTip(s.tip, true); err != nil {
+					if err := s.setTip(ctx, s.tip, true); err != nil {
 						return "", err
 					}
 					return p.String(), nil
@@ -375,7 +411,7 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			if err := s.keep(b); err != nil {
 				return "", err
 			}
-			if err := s.setTip(commit, true); err != nil {
+			if err := s.setTip(ctx, commit, true); err != nil {
 				return "", err
 			}
 			return commit.String(), nil

@@ -47,6 +47,8 @@ func testOptions(t testing.TB, url string, signer ssh.Signer) StoreOptions {
 		Email:        "signet@example.invalid",
 		StateDir:     t.TempDir(),
 		Timeout:      time.Minute,
+		// Tests open more than one store on a branch, as other writers.
+		AcceptCurrentTip: true,
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 
 // The tip and its rollback protection: the store acts only on a remote tip
 // that descends from the last one it fetched or pushed, remembered in
-// StateDir across restarts.
+// StateDir and, with a TipKeeper, where a lost StateDir cannot take it
+// along; and from a pinned tip. Nothing held, an existing branch is
+// refused (ErrUnanchored) unless the caller accepts its current tip.
 
 // Tip is the commit the store last fetched or pushed, "" when the branch
 // does not exist yet.
@@ -52,45 +54,222 @@ func (s *Store) refresh(ctx context.Context) error {
 		return err
 	}
 	s.consolidate()
-	if tip == s.tip {
+	// Another writer (a stale or a new leader) may have kept a newer tip:
+	// the remote must descend from it too.
+	if err := s.loadKept(ctx); err != nil {
+		return err
+	}
+	if err := s.verifyTip(tip); err != nil {
+		return err
+	}
+	s.pinned = plumbing.ZeroHash // verified once: every later tip descends from this one
+	if s.unanchored {
+		switch {
+		case !tip.IsZero() && s.firstUse:
+			// Created by this store's own first push, whose tip a crash
+			// kept from StateDir: trusted as first use was.
+			s.opts.Logger.Warn("evidence: the branch this store found missing exists now: taking its tip as the first known tip",
+				"url", s.remote.URL(), "branch", s.opts.Branch, "tip", tip.String())
+		case !tip.IsZero():
+			if !s.opts.AcceptCurrentTip {
+				return fmt.Errorf("%w: %s branch %s is at %s, and %s: pin a tip you audited, or accept this one once",
+					ErrUnanchored, s.remote.URL(), s.opts.Branch, tip, s.memoryText())
+			}
+			s.opts.Logger.Warn("evidence: accepting the branch's current tip as the first known tip: no tip was remembered or pinned",
+				"url", s.remote.URL(), "branch", s.opts.Branch, "tip", tip.String())
+		default:
+			s.opts.Logger.Info("evidence: the branch does not exist yet: first use, the first append creates it",
+				"url", s.remote.URL(), "branch", s.opts.Branch)
+			if err := s.writeState(state{URL: s.remote.URL(), Branch: s.opts.Branch, FirstUse: true}); err != nil {
+				return fmt.Errorf("evidence: remember first use: %w", err)
+			}
+		}
+		s.unanchored = false
+	}
+	if tip == s.tip && s.keptIs(tip) {
 		return nil
 	}
-	if !s.tip.IsZero() {
-		if tip.IsZero() {
-			return fmt.Errorf("%w: %s branch %s is gone, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, s.tip)
+	return s.setTip(ctx, tip, false)
+}
+
+// verifyTip fails with ErrRolledBack when tip does not descend from every
+// tip the store is held to: the one it last verified (StateDir), the one
+// its Keeper keeps, and the pinned one until first verified.
+func (s *Store) verifyTip(tip plumbing.Hash) error {
+	known := []struct {
+		hash plumbing.Hash
+		from string
+	}{
+		{s.tip, "last known tip"},
+		{hashOf(s.kept.Tip), "tip kept in " + s.keeperName()},
+		{s.pinned, "pinned tip"},
+	}
+	for i, k := range known {
+		if k.hash.IsZero() || k.hash == tip || (i > 0 && k.hash == s.tip) {
+			continue
 		}
-		ok, err := descends(s.objs, tip, s.tip, plumbing.ZeroHash)
+		if tip.IsZero() {
+			return fmt.Errorf("%w: %s branch %s is gone, %s %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, k.from, k.hash)
+		}
+		ok, err := descends(s.objs, tip, k.hash, plumbing.ZeroHash)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s branch %s is at %s, last known tip %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, tip, s.tip)
+			return fmt.Errorf("%w: %s branch %s is at %s, %s %s", ErrRolledBack, s.remote.URL(), s.opts.Branch, tip, k.from, k.hash)
 		}
 	}
-	return s.setTip(tip, false)
+	return nil
 }
 
-// setTip records tip as the verified remote tip, in the mirror's ref and
-// atomically in the state file.
-func (s *Store) setTip(tip plumbing.Hash, pushed bool) error {
+// memoryText says where the store looked for a tip, for ErrUnanchored.
+func (s *Store) memoryText() string {
+	if s.opts.Keeper == nil {
+		return fmt.Sprintf("StateDir %s remembers no tip and none is pinned", s.opts.StateDir)
+	}
+	return fmt.Sprintf("neither StateDir %s nor %s holds a tip and none is pinned", s.opts.StateDir, s.opts.Keeper)
+}
+
+func (s *Store) keeperName() string {
+	if s.opts.Keeper == nil {
+		return ""
+	}
+	return s.opts.Keeper.String()
+}
+
+// keptIs reports whether the Keeper (if any) already keeps tip.
+func (s *Store) keptIs(tip plumbing.Hash) bool {
+	return s.opts.Keeper == nil || s.kept.Tip == hashText(tip)
+}
+
+// setTip records tip as the verified remote tip, in the mirror's ref,
+// atomically in the state file, then in the Keeper (compare-and-swap).
+func (s *Store) setTip(ctx context.Context, tip plumbing.Hash, pushed bool) error {
 	st := state{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: tip.String()}
 	if pushed {
 		st.Pushed = tip.String()
 	} else if !s.pushed.IsZero() {
 		st.Pushed = s.pushed.String()
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n')); err != nil {
+	if err := s.writeState(st); err != nil {
 		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
 	}
+	s.firstUse = false
 	s.tip = tip
 	if pushed {
 		s.pushed = tip
 	}
-	return s.syncMirrorRef()
+	if err := s.syncMirrorRef(); err != nil {
+		return err
+	}
+	return s.keepTip(ctx, tip)
+}
+
+// writeState replaces the state file atomically.
+func (s *Store) writeState(st state) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n'))
+}
+
+// keepTipAttempts bounds the compare-and-swap retries of keepTip while
+// other writers keep ancestors of the store's tip.
+const keepTipAttempts = 5
+
+// loadKept reads the Keeper's record into s.kept. A record for another
+// remote or branch, or a tip that is not a commit hash, is refused.
+func (s *Store) loadKept(ctx context.Context) error {
+	k := s.opts.Keeper
+	if k == nil {
+		return nil
+	}
+	kt, err := k.LoadTip(ctx)
+	if err != nil {
+		return fmt.Errorf("evidence: read the tip kept in %s: %w", k, err)
+	}
+	if kt.Tip != "" {
+		if !IsCommitHash(kt.Tip) {
+			return fmt.Errorf("evidence: %s keeps tip %q, not a commit hash (40 lowercase hex)", k, kt.Tip)
+		}
+		if kt.URL != s.remote.URL() || kt.Branch != s.opts.Branch {
+			return fmt.Errorf("evidence: %s keeps the tip of %s branch %s, not of %s branch %s: keep each branch's tip in its own object",
+				k, kt.URL, kt.Branch, s.remote.URL(), s.opts.Branch)
+		}
+	}
+	s.kept = kt
+	return nil
+}
+
+// keepTip swaps tip into the Keeper. On a conflict it reads the kept tip
+// again and retries only when that tip is an ancestor of tip (another
+// writer kept an older one); otherwise it fails with ErrTipConflict and
+// overwrites nothing, and the next refresh holds the remote to the newly
+// kept tip. The caller holds s.mu.
+func (s *Store) keepTip(ctx context.Context, tip plumbing.Hash) error {
+	k := s.opts.Keeper
+	if k == nil || s.kept.Tip == hashText(tip) {
+		return nil
+	}
+	next := KeptTip{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: hashText(tip)}
+	for range keepTipAttempts {
+		kt, err := k.SwapTip(ctx, s.kept, next)
+		if err == nil {
+			s.kept = kt
+			return nil
+		}
+		if !errors.Is(err, ErrTipConflict) {
+			return fmt.Errorf("evidence: keep tip %s in %s: %w", tip, k, err)
+		}
+		if err := s.loadKept(ctx); err != nil {
+			return err
+		}
+		if s.kept.Tip == next.Tip {
+			return nil
+		}
+		if s.kept.Tip != "" {
+			ok, err := descends(s.objs, tip, plumbing.NewHash(s.kept.Tip), plumbing.ZeroHash)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: %s now keeps %s, which %s branch %s at %s does not descend from; left as it is",
+					ErrTipConflict, k, s.kept.Tip, s.remote.URL(), s.opts.Branch, tip)
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s changed %d times while keeping %s", ErrTipConflict, k, keepTipAttempts, tip)
+}
+
+// IsCommitHash reports whether s is a commit hash as signet writes and
+// pins them: 40 lowercase hex digits.
+func IsCommitHash(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// hashOf is the hash of a kept or pinned tip, zero for "".
+func hashOf(s string) plumbing.Hash {
+	if s == "" {
+		return plumbing.ZeroHash
+	}
+	return plumbing.NewHash(s)
+}
+
+// hashText is h as a kept tip, "" for the zero hash.
+func hashText(h plumbing.Hash) string {
+	if h.IsZero() {
+		return ""
+	}
+	return h.String()
 }
 
 // writeFileAtomic replaces name with data: temp file, fsync, rename,

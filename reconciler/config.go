@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/specs"
 )
 
@@ -79,9 +80,27 @@ type SourceConfig struct {
 	SSHKeyFile   string `json:"sshKeyFile,omitempty"`
 }
 
-// EvidenceConfig locates the evidence branch.
+// EvidenceConfig locates the evidence branch and says what holds its
+// tip against a rollback besides StateDir.
 type EvidenceConfig struct {
 	SourceConfig `json:",inline"`
+	// PinnedTip is a commit of the branch the operator audited (40 hex,
+	// as `signet audit` prints it at the end of a clean audit): the branch
+	// must descend from it. With no tip remembered (StateDir, TipConfigMap)
+	// and none pinned, the reconciler refuses an existing branch unless it
+	// is started once with --accept-current-tip.
+	PinnedTip string `json:"pinnedTip,omitempty"`
+	// TipConfigMap, when set, keeps the last tip the reconciler wrote or
+	// saw in that ConfigMap (it must exist; it is updated by
+	// resourceVersion compare-and-swap only), so that a restart that
+	// loses StateDir (an emptyDir) keeps the rollback protection.
+	TipConfigMap *ObjectRef `json:"tipConfigMap,omitempty"`
+}
+
+// ObjectRef names one namespaced Kubernetes object.
+type ObjectRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 }
 
 // WebhookConfig is the listener and the secrets of the push-event
@@ -205,6 +224,12 @@ func (c *Config) validate() error {
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("stateDir: required"))
 	}
+	if c.Evidence.PinnedTip != "" && !evidence.IsCommitHash(c.Evidence.PinnedTip) {
+		errs = append(errs, fmt.Errorf("evidence.pinnedTip: %q is not a commit hash (40 lowercase hex, as signet audit prints it)", c.Evidence.PinnedTip))
+	}
+	if r := c.Evidence.TipConfigMap; r != nil && (!isDNSLabel(r.Namespace) || !isDNSSubdomain(r.Name)) {
+		errs = append(errs, fmt.Errorf("evidence.tipConfigMap: namespace %q and name %q must be set (a DNS label and a DNS subdomain)", r.Namespace, r.Name))
+	}
 	if c.Spec.Path != "" && (path.IsAbs(c.Spec.Path) || strings.Contains(c.Spec.Path, "..")) {
 		errs = append(errs, fmt.Errorf("spec.path: %q must be relative and stay in the repository", c.Spec.Path))
 	}
@@ -314,6 +339,20 @@ func isDNSLabel(s string) bool {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
 		case r == '-' && i > 0 && i < len(s)-1:
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isDNSSubdomain reports whether s is a Kubernetes object name (RFC 1123
+// subdomain): DNS labels joined by dots, at most 253 characters.
+func isDNSSubdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !isDNSLabel(l) {
 			return false
 		}
 	}

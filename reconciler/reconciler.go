@@ -93,6 +93,10 @@ type Options struct {
 	// Only, when set, limits reconciles to the request of that name
 	// (`signet run`).
 	Only string
+	// AcceptCurrentTip lets Build trust the evidence branch's current tip
+	// when no tip is remembered or pinned (--accept-current-tip); the
+	// store logs it and remembers it from then on.
+	AcceptCurrentTip bool
 }
 
 // New builds a Reconciler. It does not start anything; call Recover and

@@ -155,12 +155,20 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, err
 	}
+	keeper, err := buildTipKeeper(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	store, err := evidence.Open(ctx, evidence.StoreOptions{
 		URL: absURL(cfg.Evidence.URL), Branch: cfg.Evidence.Branch, CommitSigner: signer,
 		Auth:   evidence.Auth{Token: evAuth.Token, Username: evAuth.Username, Password: evAuth.Password, SSHSigner: evAuth.SSHSigner},
 		Author: "signet reconciler (" + cfg.Cluster + ")", Email: "signet@" + cfg.Cluster,
 		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: 2 * time.Minute, Logger: log,
+		Keeper: keeper, Pinned: cfg.Evidence.PinnedTip, AcceptCurrentTip: o.AcceptCurrentTip,
 	})
+	if errors.Is(err, evidence.ErrUnanchored) {
+		return nil, nil, unanchoredHint(cfg, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("evidence store: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -59,7 +60,7 @@ type auditOptions struct {
 func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Branch.AddFlags(fs)
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
-	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier: the branch must descend from it (detects a rewritten, force-pushed history)")
+	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier, or a pins file (lines \"<branch> <commit> [<time>]\", as a clean audit prints after \"pin:\"): the branch must descend from its pinned commit (detects a rewritten, force-pushed history)")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	o.Output.AddFlags(fs)
@@ -76,6 +77,11 @@ it was committed; every digest binding; lifecycle order and completeness of ever
 admissions, cancels and releases backed by approvals under the trust policy; the receipt
 chain of every cluster; the run-ID index; and, with --since, that the branch descends from
 a commit pinned earlier. Runs admitted without a receipt past their deadline are flagged.
+
+A clean audit ends with the tip to pin ("pin: <branch> <commit> <time>"): keep that line
+in a pins file for the next audit's --since, and give the commit to the reconciler
+(evidence.pinnedTip). --since takes a commit (40 hex or a revision) or a pins file, one
+"<branch> <commit> [<time>]" per line ('#' comments); a file must pin the audited branch.
 
 Every finding names its rule, run and path. Exit status: 0 clean, 1 findings,
 2 usage error or the branch could not be read.`,
@@ -115,8 +121,12 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
+	since, err := o.since()
+	if err != nil {
+		return err
+	}
 	rep, err := audit.Branch(ctx, audit.Options{
-		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: o.Since, Grace: o.Grace,
+		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: since, Grace: o.Grace,
 	})
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
@@ -133,6 +143,31 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		return exitCode(exitAuditFindings, nil)
 	}
 	return nil
+}
+
+// since resolves --since: a commit hash as is; a regular file as a pins
+// file, which must pin the audited branch; anything else a revision.
+func (o *auditOptions) since() (string, error) {
+	if o.Since == "" || evidence.IsCommitHash(o.Since) {
+		return o.Since, nil
+	}
+	fi, err := os.Stat(o.Since)
+	if err != nil || !fi.Mode().IsRegular() {
+		return o.Since, nil
+	}
+	b, err := os.ReadFile(o.Since)
+	if err != nil {
+		return "", exitCode(exitAuditUsage, fmt.Errorf("--since: %w", err))
+	}
+	pins, err := audit.ParsePins(o.Since, b)
+	if err != nil {
+		return "", exitCode(exitAuditUsage, fmt.Errorf("--since: %w", err))
+	}
+	c, ok := pins[o.Branch.Branch]
+	if !ok {
+		return "", exitCode(exitAuditUsage, fmt.Errorf("--since: %s pins no tip of branch %s", o.Since, o.Branch.Branch))
+	}
+	return c, nil
 }
 
 func printAudit(w io.Writer, rep *audit.Report) {
@@ -165,6 +200,9 @@ func printAudit(w io.Writer, rep *audit.Report) {
 	}
 	if rep.Clean() {
 		fmt.Fprintln(w, "audit: clean")
+		if rep.Pin != nil {
+			fmt.Fprintf(w, "pin: %s\n", rep.Pin)
+		}
 		return
 	}
 	fmt.Fprintf(w, "audit: %d finding(s)\n", len(rep.Findings))

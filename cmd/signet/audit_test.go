@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,6 +288,61 @@ func TestAuditUsage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runSigningCLI(t, tc.args...)
 			assert.Equal(t, 2, code, stderr)
+		})
+	}
+}
+
+// TestFinding6AuditPinnedTips: an audit without --since used to call a
+// rolled-back branch clean and gave the auditor nothing to pin. A clean
+// audit now ends with the tip and its committer time to pin (text and
+// JSON); --since takes a pins file of tips per branch, and a branch that
+// does not descend from its pinned tip is a finding.
+func TestFinding6AuditPinnedTips(t *testing.T) {
+	f := evidenceFixture(t)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	tip, err := c.Tip()
+	require.NoError(t, err)
+	when, err := c.CommitTime(tip)
+	require.NoError(t, err)
+	base := []string{"--repo", c.Dir, "--trust", f.TrustFile}
+
+	rep, code, stderr := auditJSON(t, base...)
+	require.Equal(t, 0, code, stderr)
+	require.NotNil(t, rep.Pin, "a clean audit gives the tip to pin")
+	assert.Equal(t, audit.Pin{Branch: evidencetest.Branch, Commit: tip, Committed: when.UTC()}, *rep.Pin)
+	out, _, code := runSigningCLI(t, append([]string{"audit"}, base...)...)
+	require.Equal(t, 0, code)
+	line := fmt.Sprintf("pin: %s %s %s\n", evidencetest.Branch, tip, when.UTC().Format(time.RFC3339))
+	assert.True(t, strings.HasSuffix(out, "audit: clean\n"+line), "the text ends with the pin:\n%s", out)
+
+	pins := filepath.Join(t.TempDir(), "pins")
+	require.NoError(t, os.WriteFile(pins, []byte("# tips pinned after clean audits\n"+strings.TrimPrefix(line, "pin: ")+
+		"other/evidence "+strings.Repeat("0", 40)+"\n"), 0o600))
+	rep, code, stderr = auditJSON(t, append(base, "--since", pins)...)
+	require.Equal(t, 0, code, "%v %s", rep.Findings, stderr)
+	assert.Equal(t, tip, rep.Since)
+
+	commits, err := c.Commits()
+	require.NoError(t, err)
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-3])
+	require.NoError(t, err)
+	rep, code, stderr = auditJSON(t, append(base, "--since", pins)...)
+	require.Equal(t, 1, code, stderr)
+	assert.True(t, hasFinding(rep, audit.RuleHistoryRewritten, "", ""), "got:\n%s", findingLines(rep))
+	assert.Nil(t, rep.Pin, "nothing to pin after findings")
+
+	for name, text := range map[string]string{
+		"branch not pinned": "other/evidence " + strings.Repeat("0", 40) + "\n",
+		"short commit":      evidencetest.Branch + " " + tip[:12] + "\n",
+		"pinned twice":      evidencetest.Branch + " " + tip + "\n" + evidencetest.Branch + " " + tip + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := filepath.Join(t.TempDir(), "pins")
+			require.NoError(t, os.WriteFile(bad, []byte(text), 0o600))
+			_, stderr, code := runSigningCLI(t, append([]string{"audit", "--since", bad}, base...)...)
+			assert.Equal(t, 2, code, stderr)
+			assert.Contains(t, stderr, bad)
 		})
 	}
 }

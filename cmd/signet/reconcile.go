@@ -28,6 +28,9 @@ type reconcileOptions struct {
 	Now       bool
 	Addr      string
 	TokenFile string
+	// AcceptCurrentTip trusts the evidence branch as it is now when no
+	// tip is remembered or pinned (first start on an existing branch).
+	AcceptCurrentTip bool
 }
 
 func (o *reconcileOptions) AddFlags(fs *pflag.FlagSet) {
@@ -35,6 +38,7 @@ func (o *reconcileOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Now, "now", false, "ask a running daemon to reconcile now and exit")
 	fs.StringVar(&o.Addr, "addr", "", "with --now: the daemon's listen address (default: the config's listen)")
 	fs.StringVar(&o.TokenFile, "token-file", "", "with --now: the file holding the trigger's bearer token (default: the config's triggerTokenFile)")
+	fs.BoolVar(&o.AcceptCurrentTip, "accept-current-tip", false, "when no evidence tip is remembered or pinned (evidence.pinnedTip), trust the branch's current tip once (logged); remove the flag afterwards")
 }
 
 func newReconcileCmd() *cobra.Command {
@@ -66,7 +70,7 @@ triggerTokenFile (or --token-file).`,
 			if o.Now {
 				return triggerNow(cmd.Context(), cmd, o, cfg)
 			}
-			return runDaemon(cmd.Context(), cfg)
+			return runDaemon(cmd.Context(), cfg, reconciler.Options{AcceptCurrentTip: o.AcceptCurrentTip})
 		},
 	}
 	o.AddFlags(cmd.Flags())
@@ -111,7 +115,7 @@ func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cf
 	return nil
 }
 
-func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
+func runDaemon(ctx context.Context, cfg *reconciler.Config, opts reconciler.Options) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	sec, err := reconciler.LoadSecrets(cfg)
 	if err != nil {
@@ -119,7 +123,7 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r, store, err := reconciler.Build(ctx, cfg, sec, log, reg, reconciler.Options{})
+	r, store, err := reconciler.Build(ctx, cfg, sec, log, reg, opts)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,8 @@ type runOptions struct {
 	UIDRange       string
 	Timeout        time.Duration
 	Verbose        bool
+	AcceptTip      bool
+	PinnedTip      string
 	out            outputOptions
 }
 
@@ -59,6 +61,8 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.UIDRange, "uid-range", reconciler.DefaultLocalUIDRange, "FIRST-LAST: the transient uids checks run as when signet runs as root, one per check, none of them an account of this machine")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up waiting after this long (default: the run's derived deadline)")
 	fs.BoolVarP(&o.Verbose, "verbose", "v", false, "log every lifecycle step to stderr")
+	fs.BoolVar(&o.AcceptTip, "accept-current-tip", false, "when the state directory remembers no evidence tip and none is pinned, trust the branch's current tip once")
+	fs.StringVar(&o.PinnedTip, "pinned-tip", "", "an evidence commit audited earlier (signet audit prints it): the branch must descend from it")
 	o.out.AddFlags(fs)
 }
 
@@ -117,7 +121,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
 		Cluster:     o.Cluster,
 		Spec:        reconciler.SourceConfig{URL: o.Repo, Branch: o.Branch, Path: o.Path},
-		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: o.Repo, Branch: o.EvidenceBranch}},
+		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: o.Repo, Branch: o.EvidenceBranch}, PinnedTip: o.PinnedTip},
 		TrustPolicy: o.Trust, SigningKey: o.Key, PassphraseFile: o.PassphraseFile, PassphraseEnv: o.PassphraseEnv,
 		StateDir: o.StateDir,
 		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, UIDRange: o.UIDRange}},
@@ -133,7 +137,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	progress := newProgress(cmd.ErrOrStderr(), o.out.JSON())
 	ctx := cmd.Context()
-	r, store, err := reconciler.Build(ctx, cfg, sec, log, nil, reconciler.Options{Observer: progress.event, Only: o.Request})
+	r, store, err := reconciler.Build(ctx, cfg, sec, log, nil, reconciler.Options{Observer: progress.event, Only: o.Request, AcceptCurrentTip: o.AcceptTip})
 	if err != nil {
 		return exitCode(exitRunNotRun, err)
 	}

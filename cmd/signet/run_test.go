@@ -52,10 +52,14 @@ func TestRunCommand(t *testing.T) {
 	repo.Commit("profiles")
 	repo.Approve(keys.ApproverFile, "", objects...)
 
+	// One machine's state directory: the rows write one evidence branch,
+	// and a fresh state directory would not trust the tip an earlier row
+	// left (ErrUnanchored).
+	state := filepath.Join(t.TempDir(), "state")
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			args := []string{"run", "--repo", repo.Dir, "--request", row.name, "--trust", keys.TrustFile, "--key", keys.ReconcilerFile,
-				"--cluster", row.name, "--state-dir", filepath.Join(t.TempDir(), "state")}
+				"--cluster", row.name, "--state-dir", state}
 			if row.json {
 				args = append(args, "--output", "json")
 			}

@@ -318,5 +318,9 @@ func (a *auditor) report() *Report {
 		}
 		return rep.Runs[i].Dir < rep.Runs[j].Dir
 	})
+	if rep.Clean() && len(a.commits) > 0 {
+		tip := a.commits[len(a.commits)-1]
+		rep.Pin = &Pin{Branch: a.branch, Commit: tip.hash.String(), Committed: tip.when.UTC()}
+	}
 	return rep
 }

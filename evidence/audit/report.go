@@ -124,6 +124,9 @@ type Report struct {
 	Documents int         `json:"documents"`
 	Runs      []RunReport `json:"runs"`
 	Findings  []Finding   `json:"findings"`
+	// Pin is the tip to pin for the next audit (--since) and the
+	// reconciler (evidence.pinnedTip), set only when the audit is clean.
+	Pin *Pin `json:"pin,omitempty"`
 }
 
 // Clean reports whether the audit found nothing.

@@ -5,7 +5,10 @@
 // dynamic client for MPIJobs: no dependency on the MPI Operator's module).
 // It registers itself as the "kubernetes" backend family (family.go), built
 // from the configuration's kubernetes and backends.pod/mpijob sections, and
-// counts its API requests in signet_kube_requests_total (metrics.go).
+// counts its API requests in signet_kube_requests_total (metrics.go). It
+// also registers the keeper of the evidence tip (tipkeeper.go): one
+// ConfigMap, config evidence.tipConfigMap, written only by an update
+// guarded by the resourceVersion read, never created or deleted.
 package kube
 
 // Names signet puts on Kubernetes objects. They are part of signet's

@@ -52,6 +52,11 @@ func RunCorpus(t *testing.T, dir string, reasons []corpus.Reason) {
 //	append PATH...          Store.Append of files holding their own path
 //	read PATH               Store.Read
 //	refresh                 Store.Refresh
+//	open-unanchored         open a store that accepts no unremembered,
+//	                        unpinned tip (every other step's store accepts
+//	                        the branch's current tip, as a second writer)
+//	keeper                  open the store with a MemoryKeeper of the tip
+//	keep NAME               another writer keeps pin NAME in that keeper
 //	hook-reject             install a pre-receive hook that refuses every push
 //	git-add PATH [TEXT]     an unsigned commit adding or changing PATH (stock git)
 //	git-rm PATH             an unsigned commit deleting PATH
@@ -103,6 +108,7 @@ type scenario struct {
 	auth   evidence.Auth
 	store  *evidence.Store
 	pins   map[string]string
+	keeper *MemoryKeeper
 	policy *signing.TrustPolicy
 	msgs   []string
 }
@@ -127,17 +133,27 @@ func (s *scenario) open() *evidence.Store {
 	if s.store != nil {
 		return s.store
 	}
+	st, err := s.openWith(true)
+	s.fail(err)
+	s.store = st
+	return st
+}
+
+// openWith opens a store over a fresh StateDir, with the scenario's
+// keeper if any; accept trusts the branch's current tip.
+func (s *scenario) openWith(accept bool) (*evidence.Store, error) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(s.t, err)
 	signer, err := ssh.NewSignerFromKey(priv)
 	require.NoError(s.t, err)
-	st, err := evidence.Open(s.t.Context(), evidence.StoreOptions{
+	opts := evidence.StoreOptions{
 		URL: s.url, Auth: s.auth, CommitSigner: signer, Author: "corpus", Email: "corpus@example.invalid",
-		StateDir: s.t.TempDir(), Timeout: 20 * time.Second,
-	})
-	s.fail(err)
-	s.store = st
-	return st
+		StateDir: s.t.TempDir(), Timeout: 20 * time.Second, AcceptCurrentTip: accept,
+	}
+	if s.keeper != nil {
+		opts.Keeper = s.keeper
+	}
+	return evidence.Open(s.t.Context(), opts)
 }
 
 func (s *scenario) git(args ...string) string { return gittest.Git(s.t, s.work, args...) }
@@ -202,6 +218,16 @@ func (s *scenario) step(op string, args []string) {
 		if st := s.open(); st != nil {
 			s.fail(st.Refresh(ctx))
 		}
+	case "open-unanchored":
+		st, err := s.openWith(false)
+		s.fail(err)
+		if st != nil {
+			_ = st.Close()
+		}
+	case "keeper":
+		s.keeper = &MemoryKeeper{}
+	case "keep":
+		s.keeper.Set(s.pins[args[0]])
 	case "hook-reject":
 		hook := filepath.Join(s.bare, "hooks", "pre-receive")
 		require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\necho refused by policy >&2\nexit 1\n"), 0o755))

@@ -21,17 +21,16 @@ import (
 	"signet.dev/signet/internal/testing/testenv"
 )
 
-// signetRun runs `signet run` for request on cluster and returns its exit
-// status, stdout and stderr. extra are appended to the arguments; files,
-// when set, become the process's descriptors 3 and up.
-func signetRun(t *testing.T, repo *testenv.Repo, keys *testenv.Keys, request, cluster string, files []*os.File, extra ...string) (int, string, string) {
+// signetRun runs `signet run` for request on cluster with state as its
+// state directory (one per test: it remembers the evidence tip) and
+// returns its exit status, stdout and stderr.
+func signetRun(t *testing.T, repo *testenv.Repo, keys *testenv.Keys, request, cluster, state string) (int, string, string) {
 	t.Helper()
-	args := append([]string{"run", "--repo", repo.Dir, "--request", request, "--trust", keys.TrustFile, "--key", keys.ReconcilerFile,
-		"--cluster", cluster, "--state-dir", filepath.Join(t.TempDir(), "state")}, extra...)
+	args := []string{"run", "--repo", repo.Dir, "--request", request, "--trust", keys.TrustFile, "--key", keys.ReconcilerFile,
+		"--cluster", cluster, "--state-dir", state}
 	cmd := exec.CommandContext(t.Context(), testenv.Signet(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.ExtraFiles = files
 	err := cmd.Run()
 	code := 0
 	var ee *exec.ExitError
@@ -94,7 +93,8 @@ func TestFinding1ForgedResultEndToEnd(t *testing.T) {
 	repo.Commit("plant and victim")
 	repo.Approve(keys.ApproverFile, "", "CertificationProfile/plant", "CertificationRequest/plant", "CertificationProfile/victim", "CertificationRequest/victim")
 
-	code, stdout, stderr := signetRun(t, repo, keys, "plant", "plant", nil)
+	state := filepath.Join(t.TempDir(), "state")
+	code, stdout, stderr := signetRun(t, repo, keys, "plant", "plant", state)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	b, err := os.ReadFile(filepath.Join(dir, "watcher.pid"))
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestFinding1ForgedResultEndToEnd(t *testing.T) {
 	}
 	assert.False(t, alive, "the watcher (pid %d) outlived the check and the run that started it", pid)
 
-	code, stdout, stderr = signetRun(t, repo, keys, "victim", "victim", nil)
+	code, stdout, stderr = signetRun(t, repo, keys, "victim", "victim", state)
 	assert.Equal(t, 1, code, "the failing check was not recorded Fail:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "Fail")
 	assert.NoFileExists(t, filepath.Join(dir, "forged"), "the watcher forged the victim's result")
@@ -132,13 +132,12 @@ result Pass; exit 0`})
 	key, err := os.Open(keys.ReconcilerFile)
 	require.NoError(t, err)
 	defer key.Close()
-	files := []*os.File{nil, nil, nil, nil, key} // descriptor 7
 	args := []string{"run", "--repo", repo.Dir, "--request", "fd", "--trust", keys.TrustFile, "--key", "/dev/fd/7",
 		"--cluster", "fd", "--state-dir", filepath.Join(t.TempDir(), "state")}
 	cmd := exec.CommandContext(t.Context(), testenv.Signet(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.ExtraFiles = files
+	cmd.ExtraFiles = []*os.File{nil, nil, nil, nil, key} // descriptor 7
 	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 
 	pem, err := os.ReadFile(keys.ReconcilerFile)
@@ -168,8 +167,9 @@ func TestFinding5GroupReadableKeyRefused(t *testing.T) {
 	repo.Commit("modes")
 	repo.Approve(keys.ApproverFile, "", "CertificationProfile/modes", "CertificationRequest/modes")
 
+	state := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, os.Chmod(keys.ReconcilerFile, 0o640))
-	code, stdout, stderr := signetRun(t, repo, keys, "modes", "modes", nil)
+	code, stdout, stderr := signetRun(t, repo, keys, "modes", "modes", state)
 	assert.NotEqual(t, 0, code, "stdout:\n%s", stdout)
 	assert.Contains(t, stderr, "signingKey: "+keys.ReconcilerFile+" has mode 0640")
 	assert.Contains(t, stderr, "chmod 600 "+keys.ReconcilerFile)
@@ -178,6 +178,6 @@ func TestFinding5GroupReadableKeyRefused(t *testing.T) {
 	assert.Empty(t, strings.TrimSpace(string(out)), "a refused run wrote evidence")
 
 	require.NoError(t, os.Chmod(keys.ReconcilerFile, 0o600))
-	code, stdout, stderr = signetRun(t, repo, keys, "modes", "modes", nil)
+	code, stdout, stderr = signetRun(t, repo, keys, "modes", "modes", state)
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 }

@@ -117,15 +117,12 @@ func (p *UIDPool) Acquire() (uint32, error) {
 		} else {
 			p.next++
 		}
-		if p.busy[uid] != nil {
-			continue
-		}
-		lock, err := lockUID(uid)
+		lock, err := p.take(uid)
 		if err != nil {
 			return 0, err
 		}
 		if lock == nil {
-			continue // another process holds it
+			continue
 		}
 		p.busy[uid] = lock
 		return uid, nil
@@ -142,6 +139,15 @@ func (p *UIDPool) Release(uid uint32) {
 		_ = lock.Close() // drops the flock
 	}
 	delete(p.busy, uid)
+}
+
+// take locks uid for a check; nil, nil when a live check of this pool or
+// another process holds it. The caller holds p.mu.
+func (p *UIDPool) take(uid uint32) (*os.File, error) {
+	if p.busy[uid] != nil {
+		return nil, nil
+	}
+	return lockUID(uid)
 }
 
 // lockUID takes uid's lock file without waiting; nil, nil when another

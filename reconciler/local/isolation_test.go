@@ -255,7 +255,7 @@ func TestUIDPool(t *testing.T) {
 		seen[uid] = true
 	}
 	_, err = p.Acquire()
-	require.ErrorIs(t, err, ErrNoUID)
+	require.ErrorIs(t, err, ErrNoUID, "a fifth check got a uid while four checks held all of them: a uid handed out twice")
 	p.Release(first)
 	uid, err := p.Acquire()
 	require.NoError(t, err)
@@ -320,7 +320,7 @@ func TestRunRefusesUIDWithLiveProcess(t *testing.T) {
 	req.User = u
 	rep, err := Run(t.Context(), req)
 	var se *StartError
-	require.ErrorAs(t, err, &se)
+	require.ErrorAs(t, err, &se, "a check started as uid %d while a process of it was alive", u.UID)
 	assert.Contains(t, err.Error(), fmt.Sprintf("uid %d has live processes", u.UID))
 	assert.ErrorIs(t, err, ErrUIDAlive)
 	assert.False(t, rep.Termination.Started)

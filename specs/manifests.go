@@ -43,11 +43,14 @@ var kustomizationNames = []string{"kustomization.yaml", "kustomization.yml", "Ku
 // output KustomizeFilePrefix followed by the kustomization file's path.
 // Index is the 0-based position of the document among the non-empty
 // documents of File (for kustomize output: in kustomize's output order).
-// Data is the document's raw bytes, without its "---" marker line.
+// Data is the document's raw bytes, without its "---" marker line; Line
+// is the 1-based line of File where Data starts (0 when unknown: kustomize
+// output).
 type SourceDocument struct {
 	File  string
 	Index int
 	Data  []byte
+	Line  int
 }
 
 // ManifestError says why a spec path could not be read: File is the
@@ -187,8 +190,9 @@ func loadPlain(fsys fs.FS, dir string) ([]SourceDocument, error) {
 		if total > MaxSpecBytes {
 			return nil, &ManifestError{File: dir, Err: fmt.Errorf("%w: more than %d bytes of YAML", ErrSpecTooLarge, MaxSpecBytes)}
 		}
-		for i, doc := range SplitDocuments(data) {
-			docs = append(docs, SourceDocument{File: f, Index: i, Data: doc})
+		segs, lines := splitDocuments(data)
+		for i, doc := range segs {
+			docs = append(docs, SourceDocument{File: f, Index: i, Data: doc, Line: lines[i]})
 		}
 	}
 	return docs, nil
@@ -243,11 +247,18 @@ func readSpecFile(fsys fs.FS, name string) ([]byte, error) {
 // directives ("%YAML") are dropped and take no index. The returned slices
 // share data's backing array.
 func SplitDocuments(data []byte) [][]byte {
-	var docs [][]byte
+	docs, _ := splitDocuments(data)
+	return docs
+}
+
+// splitDocuments is SplitDocuments that also returns the 1-based line of
+// data where each document starts.
+func splitDocuments(data []byte) (docs [][]byte, lines []int) {
 	start := 0
 	flush := func(end int) {
 		if seg := data[start:end]; !blankYAML(seg) {
 			docs = append(docs, seg[:len(seg):len(seg)])
+			lines = append(lines, bytes.Count(data[:start], []byte("\n"))+1)
 		}
 	}
 	for off := 0; off < len(data); {
@@ -268,7 +279,7 @@ func SplitDocuments(data []byte) [][]byte {
 		off = next
 	}
 	flush(len(data))
-	return docs
+	return docs, lines
 }
 
 // isMarker reports whether line is marker followed by whitespace, a

@@ -76,11 +76,11 @@ func TestLoadDocumentsPlain(t *testing.T) {
 	docs, err := LoadDocuments(fsys, "specs")
 	require.NoError(t, err)
 	want := []SourceDocument{
-		{File: "specs/a-b.yaml", Index: 0, Data: []byte("a: dash sorts before slash\n")},
-		{File: "specs/a/b.yaml", Index: 0, Data: []byte("a: in a directory\n")},
-		{File: "specs/profiles/p.yaml", Index: 0, Data: []byte("# the profile\n" + profileDoc)},
-		{File: "specs/profiles/p.yaml", Index: 1, Data: []byte("\n" + requestDoc)},
-		{File: "specs/requests/r.yml", Index: 0, Data: []byte(requestDoc)},
+		{File: "specs/a-b.yaml", Index: 0, Data: []byte("a: dash sorts before slash\n"), Line: 1},
+		{File: "specs/a/b.yaml", Index: 0, Data: []byte("a: in a directory\n"), Line: 1},
+		{File: "specs/profiles/p.yaml", Index: 0, Data: []byte("# the profile\n" + profileDoc), Line: 1},
+		{File: "specs/profiles/p.yaml", Index: 1, Data: []byte("\n" + requestDoc), Line: 10},
+		{File: "specs/requests/r.yml", Index: 0, Data: []byte(requestDoc), Line: 1},
 	}
 	assert.Equal(t, want, docs)
 

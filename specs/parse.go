@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,10 +41,10 @@ func ParseDocuments(file string, data []byte) ([]*Object, []Finding) {
 			break
 		}
 		if err != nil {
-			findings = append(findings, Finding{File: file, Document: i, Message: "YAML: " + yamlMessage(err)})
+			findings = append(findings, yamlFinding(file, i, 0, err))
 			break
 		}
-		o, _, fs := parseNode(file, i, &n)
+		o, _, fs := parseNode(file, i, 0, &n)
 		findings = append(findings, fs...)
 		if o != nil {
 			objs = append(objs, o)
@@ -73,13 +75,32 @@ func parseSource(doc SourceDocument) (*Object, claim, []Finding) {
 		if errors.Is(err, io.EOF) {
 			return nil, claim{}, nil
 		}
-		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Message: "YAML: " + yamlMessage(err)}}
+		return nil, claim{}, []Finding{yamlFinding(doc.File, doc.Index, lineOffset(doc), err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Message: "holds more than one YAML document"}}
+		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Line: doc.Line, Column: min(doc.Line, 1), Message: "holds more than one YAML document"}}
 	}
-	return parseNode(doc.File, doc.Index, &n)
+	return parseNode(doc.File, doc.Index, lineOffset(doc), &n)
+}
+
+// lineOffset is how many lines of doc.File come before doc.Data.
+func lineOffset(doc SourceDocument) int { return max(doc.Line-1, 0) }
+
+// yamlLineRE finds the line yaml.v3 names in a syntax error.
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlFinding is the finding of a YAML syntax error, at the line the
+// parser names (relative to the document, which starts after off lines).
+func yamlFinding(file string, index, off int, err error) Finding {
+	f := Finding{File: file, Document: index, Message: "YAML: " + yamlMessage(err)}
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		if n, aerr := strconv.Atoi(m[1]); aerr == nil {
+			f.Line, f.Column = off+n, 1
+			f.Message = "YAML: " + strings.TrimPrefix(err.Error(), m[0])
+		}
+	}
+	return f
 }
 
 func tooLarge(file string, doc int, size int64) Finding {
@@ -94,7 +115,7 @@ func yamlMessage(err error) string {
 // document with findings it also returns the kind/name reference the
 // document claims (when metadata.name is readable), so that references to
 // it are not reported as missing on top of its own findings.
-func parseNode(file string, index int, n *yaml.Node) (*Object, claim, []Finding) {
+func parseNode(file string, index, off int, n *yaml.Node) (*Object, claim, []Finding) {
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {
 			return nil, claim{}, nil
@@ -112,7 +133,8 @@ func parseNode(file string, index int, n *yaml.Node) (*Object, claim, []Finding)
 	if group != APIGroup && kind != KindProfile && kind != KindRequest {
 		return nil, claim{}, nil
 	}
-	d := &decoder{file: file, index: index}
+	d := &decoder{file: file, index: index, off: off, positions: positions{}}
+	d.positions[""] = d.pos(n)
 	switch {
 	case apiVersion != APIVersion:
 		d.addf(n, "apiVersion", "%q is not %s", apiVersion, APIVersion)
@@ -122,7 +144,7 @@ func parseNode(file string, index int, n *yaml.Node) (*Object, claim, []Finding)
 		return nil, claimed(kind, n), d.findings
 	}
 	var target any
-	o := &Object{Kind: kind, Source: Source{File: file, Index: index}}
+	o := &Object{Kind: kind, Source: Source{File: file, Index: index, Line: d.positions[""].Line}, positions: d.positions}
 	if kind == KindProfile {
 		o.Profile = &CertificationProfile{}
 		target = o.Profile
@@ -212,12 +234,21 @@ func scalarField(m *yaml.Node, key string) string {
 type decoder struct {
 	file     string
 	index    int
+	off      int // lines of file before the document
 	findings []Finding
+	// positions records where each field path is written.
+	positions positions
+}
+
+// pos is where n is written in the file.
+func (d *decoder) pos(n *yaml.Node) Position {
+	return Position{Line: d.off + n.Line, Column: n.Column}
 }
 
 func (d *decoder) addf(n *yaml.Node, field, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	d.findings = append(d.findings, Finding{File: d.file, Document: d.index, Field: field, Message: msg})
+	p := d.pos(n)
+	d.findings = append(d.findings, Finding{File: d.file, Document: d.index, Line: p.Line, Column: p.Column, Field: field, Message: msg})
 }
 
 var (
@@ -288,7 +319,9 @@ func (d *decoder) value(n *yaml.Node, t reflect.Type, path string) any {
 		}
 		out := make([]any, 0, len(n.Content))
 		for i, c := range n.Content {
-			out = append(out, d.value(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)))
+			ep := fmt.Sprintf("%s[%d]", path, i)
+			d.positions[ep] = d.pos(c)
+			out = append(out, d.value(c, t.Elem(), ep))
 		}
 		return out
 	case reflect.String:
@@ -341,9 +374,14 @@ func (d *decoder) object(n *yaml.Node, t reflect.Type, path string) any {
 			continue
 		}
 		fp := join(path, key)
+		d.positions[fp] = d.pos(k)
 		ft, known := fields[key]
 		if !known {
-			d.addf(k, fp, "unknown field")
+			if near := nearest(key, slices.Collect(maps.Keys(fields))); near != "" {
+				d.addf(k, fp, "unknown field; did you mean %q?", near)
+			} else {
+				d.addf(k, fp, "unknown field")
+			}
 			continue
 		}
 		if val := d.value(v, ft, fp); val != nil {
@@ -367,6 +405,7 @@ func (d *decoder) mapping(n *yaml.Node, t reflect.Type, path string) any {
 		if !ok {
 			continue
 		}
+		d.positions[join(path, key)] = d.pos(k)
 		if val := d.value(v, t.Elem(), join(path, key)); val != nil {
 			out[key] = val
 		}
@@ -417,6 +456,47 @@ func collectFields(t reflect.Type, out map[string]reflect.Type) {
 		}
 		out[name] = f.Type
 	}
+}
+
+// nearest returns the known name closest to name by edit distance, when
+// it is close enough to be a typo (at most a third of the name's length,
+// and at most 3 edits; case counts as one edit per letter), else "".
+func nearest(name string, known []string) string {
+	slices.Sort(known)
+	best, bestD := "", min(3, max(1, len(name)/3))+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, counting an
+// adjacent transposition ("deadlien") as one edit.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
 }
 
 // join appends key to a field path: a.b, or a["nvidia.com/gpu"] for keys

@@ -36,9 +36,9 @@ spec: {profile: p, count: "3"}
 	objs, findings := ParseDocuments("requests.yaml", data)
 	require.Len(t, objs, 1)
 	assert.Equal(t, "CertificationRequest/ok", objs[0].Ref())
-	assert.Equal(t, Source{File: "requests.yaml", Index: 1}, objs[0].Source)
+	assert.Equal(t, Source{File: "requests.yaml", Index: 1, Line: 5}, objs[0].Source)
 	require.Len(t, findings, 2)
-	assert.Equal(t, Finding{File: "requests.yaml", Document: 2, Field: "spec.colour", Message: "unknown field"}, findings[0])
+	assert.Equal(t, Finding{File: "requests.yaml", Document: 2, Line: 13, Column: 33, Field: "spec.colour", Message: "unknown field"}, findings[0])
 	assert.Equal(t, 4, findings[1].Document)
 	assert.Equal(t, "spec.count", findings[1].Field)
 }
@@ -68,7 +68,75 @@ func TestParseDocumentRefusesSeveralDocuments(t *testing.T) {
 	assert.Equal(t, "x.yaml[doc 3]: holds more than one YAML document", f[0].String())
 }
 
+// TestFindingsPointAtTheLine asserts findings carry the line and column of
+// the field in the file, whether the file is read whole or as documents
+// split out of it, for YAML syntax errors, strict-parsing findings and
+// validation findings, and that a misspelt field names the nearest known
+// one.
+func TestFindingsPointAtTheLine(t *testing.T) {
+	fsys := fstest.MapFS{
+		"bundles/ok/check.sh": {Data: []byte("#!/bin/sh\n")},
+		"profiles/p.yaml": {Data: []byte(`# a comment
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: other}
+---
+apiVersion: signet.dev/v1alpha1
+kind: CertificationProfile
+metadata:
+  name: p
+spec:
+  bundle:
+    path: bundles/ok
+    digest: sha256:0000000000000000000000000000000000000000000000000000000000000000
+  participants: {min: 1, max: 1}
+  checks:
+  - name: one
+    script: check.sh
+    backend: local
+    deadlien: 60s
+`)},
+		"requests/r.yaml": {Data: []byte(`apiVersion: signet.dev/v1alpha1
+kind: CertificationRequest
+metadata:
+  name: r
+spec:
+  profile: p
+  nodes: [a, a]
+`)},
+		"requests/broken.yaml": {Data: []byte(`apiVersion: signet.dev/v1alpha1
+kind: CertificationRequest
+metadata:
+  name: broken
+spec:
+  profile: p
+   nodes: [a]
+`)},
+	}
+	r, err := Render(fsys, ".")
+	require.NoError(t, err)
+	var got []string
+	for _, f := range r.Findings {
+		got = append(got, f.String())
+	}
+	assert.Contains(t, got, `profiles/p.yaml:19:5: spec.checks[0].deadlien: unknown field; did you mean "deadline"?`)
+	assert.Contains(t, got, `requests/r.yaml:7:14: spec.nodes[1]: "a" is also spec.nodes[0]`)
+	assert.Contains(t, got, `requests/broken.yaml:7:1: YAML: mapping values are not allowed in this context`)
+}
+
+func TestNearestField(t *testing.T) {
+	known := []string{"deadline", "backend", "script", "name", "stage", "workload", "gpuCount"}
+	for name, want := range map[string]string{
+		"deadlien": "deadline", "dedline": "deadline", "Deadline": "deadline", "backnd": "backend",
+		"gpucount": "gpuCount", "scripts": "script", "retries": "", "x": "", "command": "",
+	} {
+		assert.Equal(t, want, nearest(name, known), name)
+	}
+}
+
 func TestFindingString(t *testing.T) {
+	assert.Equal(t, `profiles/h100.yaml:13:5: spec.checks[3].deadline: "90" is not whole seconds ("90s")`,
+		Finding{File: "profiles/h100.yaml", Document: 2, Line: 13, Column: 5, Field: "spec.checks[3].deadline", Message: `"90" is not whole seconds ("90s")`}.String())
 	assert.Equal(t, `profiles/h100.yaml[doc 2]: spec.checks[3].deadline: "90" is not whole seconds ("90s")`,
 		Finding{File: "profiles/h100.yaml", Document: 2, Field: "spec.checks[3].deadline", Message: `"90" is not whole seconds ("90s")`}.String())
 	assert.Equal(t, "big.yaml: too big", Finding{File: "big.yaml", Document: -1, Message: "too big"}.String())

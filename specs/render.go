@@ -16,6 +16,40 @@ import (
 type Source struct {
 	File  string `json:"file"`
 	Index int    `json:"document"`
+	// Line is the 1-based line of File where the document starts.
+	Line int `json:"line,omitempty"`
+}
+
+// positions maps a document's field paths ("spec.checks[1].deadline") to
+// where they are written in its file.
+type positions map[string]Position
+
+// Position is a 1-based line and column in a file.
+type Position struct {
+	Line, Column int
+}
+
+// position returns where field is written: the field itself, or the
+// nearest enclosing field that is (a missing field points at its parent),
+// or the document's start.
+func (ps positions) position(s Source, field string) Position {
+	for p := field; ; {
+		if pos, ok := ps[p]; ok {
+			return pos
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i <= 0 {
+			break
+		}
+		p = p[:i]
+	}
+	if pos, ok := ps[""]; ok {
+		return pos
+	}
+	if s.Line > 0 {
+		return Position{Line: s.Line, Column: 1}
+	}
+	return Position{}
 }
 
 // Object is one rendered signet object.
@@ -32,6 +66,8 @@ type Object struct {
 	Canonical []byte `json:"-"`
 	// Digest is the sha256 of Canonical.
 	Digest Digest `json:"digest"`
+	// positions locates the fields of the document, for findings.
+	positions positions
 }
 
 // Ref returns the object's reference as approvals name it, e.g.

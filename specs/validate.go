@@ -18,16 +18,25 @@ import (
 type Finding struct {
 	File     string `json:"file"`
 	Document int    `json:"document"`
-	Field    string `json:"field,omitempty"`
-	Message  string `json:"message"`
+	// Line and Column (1-based) are where in File the finding points: the
+	// field's key, the list element, or the YAML error; 0 when unknown.
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
 }
 
-// String returns the finding as one line:
-// profiles/h100.yaml[doc 2]: spec.checks[3].deadline: "90" is not whole seconds ("90s").
+// String returns the finding as one line, led by file:line:column as
+// compilers print it (editors and CI annotate the line), or by the
+// document index when the line is unknown:
+// profiles/h100.yaml:13:5: spec.checks[3].deadline: "90" is not whole seconds ("90s").
 func (f Finding) String() string {
 	var b strings.Builder
 	b.WriteString(f.File)
-	if f.Document >= 0 {
+	switch {
+	case f.Line > 0:
+		fmt.Fprintf(&b, ":%d:%d", f.Line, max(f.Column, 1))
+	case f.Document >= 0:
 		fmt.Fprintf(&b, "[doc %d]", f.Document)
 	}
 	if f.Field != "" {
@@ -67,11 +76,13 @@ func (b *BundleInfo) has(p string) bool {
 // reporter collects findings about one object.
 type reporter struct {
 	src      Source
+	pos      positions
 	findings []Finding
 }
 
 func (r *reporter) addf(field, format string, args ...any) {
-	r.findings = append(r.findings, Finding{File: r.src.File, Document: r.src.Index, Field: field, Message: fmt.Sprintf(format, args...)})
+	pos := r.pos.position(r.src, field)
+	r.findings = append(r.findings, Finding{File: r.src.File, Document: r.src.Index, Line: pos.Line, Column: pos.Column, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 func (r *reporter) dnsLabel(field, v string) {
@@ -95,7 +106,7 @@ var capabilityRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 // bundle is nil when the bundle could not be read (already reported).
 func validateProfile(o *Object, bundle *BundleInfo) []Finding {
 	p := o.Profile
-	r := &reporter{src: o.Source}
+	r := &reporter{src: o.Source, pos: o.positions}
 	r.dnsLabel("metadata.name", p.Metadata.Name)
 	s := p.Spec
 
@@ -289,7 +300,7 @@ func validateResourceName(r *reporter, f, name string) {
 // has findings of its own; the checks against it are skipped, not reported.
 func validateRequest(o *Object, profiles map[string]*Object, broken map[string]bool) []Finding {
 	q := o.Request
-	r := &reporter{src: o.Source}
+	r := &reporter{src: o.Source, pos: o.positions}
 	r.dnsLabel("metadata.name", q.Metadata.Name)
 	s := q.Spec
 	var prof *CertificationProfile

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/specs"
 )
@@ -195,8 +193,8 @@ func LoadConfig(file string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %d bytes is over the %d byte bound", file, len(b), MaxConfigBytes)
 	}
 	var c Config
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+	if fs := specs.DecodeStrict(file, b, &c); fs != nil {
+		return nil, fs
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)

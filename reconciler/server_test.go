@@ -285,7 +285,7 @@ func TestFinding7ListenConfigValidated(t *testing.T) {
 		{"shared address", "listen: 127.0.0.1:8080\nmetricsListen: 127.0.0.1:8080\n", `metricsListen: "127.0.0.1:8080" is also listen`},
 		{"receiver without listener", "webhook:\n  gitlabTokenFile: /x\n", `webhook.listen: "" but a receiver is configured`},
 		{"listener without receiver", "webhook:\n  listen: 0.0.0.0:9443\n", `webhook.listen: "0.0.0.0:9443" serves no receiver`},
-		{"unknown field", "webhook:\n  listn: 0.0.0.0:9443\n", `unknown field "listn"`},
+		{"unknown field", "webhook:\n  listn: 0.0.0.0:9443\n", `unknown-field.yaml:10:3: webhook.listn: unknown field; did you mean "listen"?`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")

@@ -252,8 +252,18 @@ func fsMessages(t *testing.T, file string) []string {
 
 // TestCorpus runs every checked-in bad input and requires the reason the
 // manifest names for it.
+// strictReasons are the reasons of specs.DecodeStrict, the strict reader
+// of every file signet reads, which reads the trust policy: an input may
+// be refused for one of them (the specs corpus covers them all).
+func strictReasons(t *testing.T) []corpus.Reason {
+	t.Helper()
+	rs, err := corpus.Scan(corpus.Source{Dir: "../specs", Formats: map[string]int{"d.addf": 2}, Ignore: []string{"%v", "cannot decode into %s", "cannot convert to JSON: %v"}})
+	require.NoError(t, err)
+	return rs
+}
+
 func TestCorpus(t *testing.T) {
-	reasons := signingReasons(t)
+	reasons := append(signingReasons(t), strictReasons(t)...)
 	entries, err := corpus.Load(corpusDir)
 	require.NoError(t, err)
 	for _, e := range entries {

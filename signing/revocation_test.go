@@ -20,7 +20,7 @@ func TestRevokedAfterCommit(t *testing.T) {
 	withAnchor := func(v string) string {
 		line := "    publicKey: " + r.Public().SSHAuthorizedKey()
 		require.Contains(t, src, line)
-		return strings.Replace(src, line, line+"\n    revokedAfterCommit: "+v, 1)
+		return strings.Replace(src, line, line+"\n    revokedAfterCommit: \""+v+"\"", 1)
 	}
 	plain, err := ParseTrustPolicy("policy.yaml", []byte(src))
 	require.NoError(t, err)

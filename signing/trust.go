@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -124,14 +123,9 @@ func ParseTrustPolicy(name string, b []byte) (*TrustPolicy, error) {
 	if len(b) > MaxTrustPolicySize {
 		return nil, fmt.Errorf("%s: %d bytes is more than the limit of %d", name, len(b), MaxTrustPolicySize)
 	}
-	if err := checkYAML(b); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	var doc trustPolicyDoc
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	if fs := specs.DecodeStrict(name, b, &doc); fs != nil {
+		return nil, fs
 	}
 	p, err := newTrustPolicy(doc)
 	if err != nil {
@@ -139,75 +133,6 @@ func ParseTrustPolicy(name string, b []byte) (*TrustPolicy, error) {
 	}
 	p.name = name
 	return p, nil
-}
-
-// checkYAML refuses anything but exactly one YAML document without anchors,
-// aliases, merge keys or duplicate mapping keys.
-func checkYAML(b []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	var root yaml.Node
-	if err := dec.Decode(&root); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("empty document")
-		}
-		return err
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return errors.New("more than one YAML document")
-	}
-	return walkYAML(&root, "")
-}
-
-func walkYAML(n *yaml.Node, path string) error {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return fmt.Errorf("%s: YAML anchors and aliases are not allowed (line %d)", orRoot(path), n.Line)
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode {
-				return fmt.Errorf("%s: non-scalar key (line %d)", orRoot(path), k.Line)
-			}
-			if k.Value == "<<" && k.Tag == "!!merge" {
-				return fmt.Errorf("%s: YAML merge keys are not allowed (line %d)", orRoot(path), k.Line)
-			}
-			if seen[k.Value] {
-				return fmt.Errorf("%s: duplicate key %q (line %d)", orRoot(path), k.Value, k.Line)
-			}
-			seen[k.Value] = true
-			if err := walkYAML(n.Content[i+1], joinPath(path, k.Value)); err != nil {
-				return err
-			}
-		}
-	default:
-		for i, c := range n.Content {
-			p := path
-			if n.Kind == yaml.SequenceNode {
-				p = fmt.Sprintf("%s[%d]", path, i)
-			}
-			if err := walkYAML(c, p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func orRoot(p string) string {
-	if p == "" {
-		return "document"
-	}
-	return p
-}
-
-func joinPath(p, k string) string {
-	if p == "" {
-		return k
-	}
-	return p + "." + k
 }
 
 func parseTime(field, s string) (time.Time, error) {

@@ -95,10 +95,10 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 		in   string
 		want string
 	}{
-		{"unknown field", strings.Replace(src, "  approvers:", "  approver: []\n  approvers:", 1), "field approver not found"},
-		{"duplicate key", strings.Replace(src, "kind: TrustPolicy\n", "kind: TrustPolicy\nkind: TrustPolicy\n", 1), `duplicate key "kind"`},
-		{"alias", strings.Replace(strings.Replace(src, "  approvers: [", "  approvers: &ids [", 1), "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: *ids", 1), "anchors and aliases"},
-		{"two documents", src + "---\n" + src, "more than one YAML document"},
+		{"unknown field", strings.Replace(src, "  approvers:", "  approver: []\n  approvers:", 1), `spec.approver: unknown field; did you mean "approvers"?`},
+		{"duplicate key", strings.Replace(src, "kind: TrustPolicy\n", "kind: TrustPolicy\nkind: TrustPolicy\n", 1), "policy.yaml:3:1: kind: duplicate key"},
+		{"alias", strings.Replace(strings.Replace(src, "  approvers: [", "  approvers: &ids [", 1), "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: *ids", 1), "spec.approvers: YAML anchors are not allowed (&ids)"},
+		{"two documents", src + "---\n" + src, "holds more than one YAML document"},
 		{"wrong kind", strings.Replace(src, "kind: TrustPolicy", "kind: Policy", 1), `kind: "Policy" is not "TrustPolicy"`},
 		{"wrong apiVersion", strings.Replace(src, "signet.dev/v1alpha1", "v1", 1), `apiVersion: "v1"`},
 		{"id mismatch", strings.Replace(src, "- id: "+a.KeyID(), "- id: "+c.KeyID(), 1), "does not match its public key"},
@@ -110,13 +110,13 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 		{"bad time", strings.Replace(src, "notAfter: 2027-01-01T00:00:00Z", "notAfter: tomorrow", 1), `spec.keys[0].notAfter: "tomorrow"`},
 		{"window reversed", strings.Replace(src, "notAfter: 2027-01-01T00:00:00Z", "notAfter: 2025-01-01T00:00:00Z", 1), "is not before notAfter"},
 		{"bad PEM", strings.Replace(src, "-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEX-----", 1), "spec.keys[0].publicKey"},
-		{"empty", "", "empty document"},
+		{"empty", "", "policy.yaml: is empty"},
 		{"evidence signer also approver", strings.Replace(src, "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: ["+a.KeyID()+"]", 1), "spec.evidenceSigners[0]: key " + a.KeyID()[:16] + " is also an approver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTrustPolicy("policy.yaml", []byte(tc.in))
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "policy.yaml: ")
+			assert.Contains(t, err.Error(), "policy.yaml:")
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -270,7 +270,7 @@ func (d *decoder) value(n *yaml.Node, t reflect.Type, path string) any {
 	}
 	tag := n.ShortTag()
 	switch tag {
-	case "!!str", "!!int", "!!bool", "!!null", "!!map", "!!seq", "!!float":
+	case "!!str", "!!int", "!!bool", "!!null", "!!map", "!!seq", "!!float", "!!timestamp":
 	default:
 		d.addf(n, path, "YAML tag %s is not allowed", n.Tag)
 		return nil
@@ -325,7 +325,8 @@ func (d *decoder) value(n *yaml.Node, t reflect.Type, path string) any {
 		}
 		return out
 	case reflect.String:
-		if n.Kind != yaml.ScalarNode || tag != "!!str" {
+		// A plain timestamp (notBefore: 2026-01-01T00:00:00Z) is its text.
+		if n.Kind != yaml.ScalarNode || (tag != "!!str" && tag != "!!timestamp") {
 			d.addf(n, path, "must be a string, not a %s%s", kindName(n), quoteHint(n))
 			return nil
 		}
@@ -543,4 +544,64 @@ func quoteHint(n *yaml.Node) string {
 		return fmt.Sprintf(" (%s; quote it if a string is meant)", n.Value)
 	}
 	return ""
+}
+
+// Findings is an error made of findings, one per line.
+type Findings []Finding
+
+func (fs Findings) Error() string {
+	lines := make([]string, len(fs))
+	for i, f := range fs {
+		lines[i] = f.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// DecodeStrict decodes data, one YAML document of the file named file,
+// into target (a pointer to a struct with JSON field tags) with the rules
+// and findings of spec documents: unknown fields (with the nearest known
+// name), duplicate keys, anchors, aliases, custom tags and values of the
+// wrong type are refused, each finding at its file:line:column with its
+// field path. It is the one strict reader of every file signet reads
+// (specs, ReconcilerConfig, TrustPolicy).
+func DecodeStrict(file string, data []byte, target any) Findings {
+	d := &decoder{file: file, index: -1, positions: positions{}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var n yaml.Node
+	if err := dec.Decode(&n); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.addf(&yaml.Node{}, "", "is empty")
+			return d.findings
+		}
+		return Findings{yamlFinding(file, -1, 0, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		d.addf(&extra, "", "holds more than one YAML document")
+		return d.findings
+	}
+	root := &n
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		d.addf(root, "", "must be a mapping, not a %s", kindName(root))
+		return d.findings
+	}
+	v := d.value(root, reflect.TypeOf(target).Elem(), "")
+	if len(d.findings) > 0 {
+		return d.findings
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		d.addf(root, "", "cannot convert to JSON: %v", err)
+		return d.findings
+	}
+	jd := json.NewDecoder(bytes.NewReader(b))
+	jd.DisallowUnknownFields()
+	if err := jd.Decode(target); err != nil {
+		d.addf(root, "", "%v", err)
+		return d.findings
+	}
+	return nil
 }

@@ -8,8 +8,8 @@ import (
 	"io"
 	"maps"
 	"reflect"
-	"slices"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the stock tools that signet's interop tests drive into bin/, once.
-# cosign comes from its Go module (no release downloads on CI machines).
+# cosign and kubeconform come from their Go modules (no release downloads on
+# CI machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin
@@ -9,4 +10,10 @@ if [ ! -x bin/cosign ] || [ "$(cat bin/.cosign-version 2>/dev/null)" != "$COSIGN
   echo "building cosign $COSIGN_VERSION into bin/ (once)" >&2
   GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
   echo "$COSIGN_VERSION" > bin/.cosign-version
+fi
+KUBECONFORM_VERSION=v0.8.0
+if [ ! -x bin/kubeconform ] || [ "$(cat bin/.kubeconform-version 2>/dev/null)" != "$KUBECONFORM_VERSION" ]; then
+  echo "building kubeconform $KUBECONFORM_VERSION into bin/ (once)" >&2
+  GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  echo "$KUBECONFORM_VERSION" > bin/.kubeconform-version
 fi

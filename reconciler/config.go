@@ -36,9 +36,13 @@ type Config struct {
 	// SigningKey is the path of the reconciler's private key (PEM). Its
 	// passphrase, if any, comes from PassphraseFile or PassphraseEnv, never
 	// both, read by signing.ReadPassphrase (the rules signet keygen uses).
-	SigningKey     string `json:"signingKey"`
+	SigningKey string `json:"signingKey"`
+	// PassphraseFile is a file holding the signing key's passphrase (one
+	// line); not with PassphraseEnv.
 	PassphraseFile string `json:"passphraseFile,omitempty"`
-	PassphraseEnv  string `json:"passphraseEnv,omitempty"`
+	// PassphraseEnv names the environment variable holding the signing
+	// key's passphrase; not with PassphraseFile.
+	PassphraseEnv string `json:"passphraseEnv,omitempty"`
 	// StateDir holds the local Git mirrors and the last pushed evidence tip.
 	StateDir string `json:"stateDir"`
 	// Interval between polls of the spec repository ("60s").
@@ -68,14 +72,25 @@ type Config struct {
 
 // SourceConfig locates a Git repository.
 type SourceConfig struct {
-	URL    string `json:"url"`
+	// URL is the repository: https://, http://, ssh://, git@host:path, a
+	// file:// URL or a local path. For evidence, it defaults to spec.url
+	// (with spec's credentials).
+	URL string `json:"url"`
+	// Branch is the branch read (spec, default "main") or written
+	// (evidence, default "signet/evidence").
 	Branch string `json:"branch,omitempty"`
-	Path   string `json:"path,omitempty"`
-	// TokenFile holds an HTTP(S) token; SSHKeyFile an SSH private key.
-	TokenFile    string `json:"tokenFile,omitempty"`
-	Username     string `json:"username,omitempty"`
+	// Path is the spec path inside the repository (default "."): a
+	// directory of YAML files or one with a kustomization.
+	Path string `json:"path,omitempty"`
+	// TokenFile holds an HTTP(S) token (sent as the password of basic
+	// auth, GitHub/GitLab style).
+	TokenFile string `json:"tokenFile,omitempty"`
+	// Username is the HTTP(S) basic-auth user name for PasswordFile.
+	Username string `json:"username,omitempty"`
+	// PasswordFile holds the HTTP(S) basic-auth password.
 	PasswordFile string `json:"passwordFile,omitempty"`
-	SSHKeyFile   string `json:"sshKeyFile,omitempty"`
+	// SSHKeyFile holds an SSH private key for ssh:// and git@ URLs.
+	SSHKeyFile string `json:"sshKeyFile,omitempty"`
 }
 
 // EvidenceConfig locates the evidence branch and says what holds its
@@ -97,29 +112,42 @@ type EvidenceConfig struct {
 
 // ObjectRef names one namespaced Kubernetes object.
 type ObjectRef struct {
+	// Namespace of the object.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name of the object.
+	Name string `json:"name"`
 }
 
 // WebhookConfig is the listener and the secrets of the push-event
 // receivers. A receiver is served only with its secret; Listen is required
 // with either secret, and refused without one.
 type WebhookConfig struct {
-	Listen           string `json:"listen,omitempty"`
+	// Listen is the address of the receivers (POST /hooks/github,
+	// /hooks/gitlab), host:port.
+	Listen string `json:"listen,omitempty"`
+	// GitHubSecretFile holds the GitHub webhook secret (HMAC-SHA256 of the
+	// body); set, the GitHub receiver is served.
 	GitHubSecretFile string `json:"githubSecretFile,omitempty"`
-	GitLabTokenFile  string `json:"gitlabTokenFile,omitempty"`
+	// GitLabTokenFile holds the GitLab webhook token (X-Gitlab-Token); set,
+	// the GitLab receiver is served.
+	GitLabTokenFile string `json:"gitlabTokenFile,omitempty"`
 }
 
 // BackendsConfig enables backends.
 type BackendsConfig struct {
+	// Local runs checks as processes on this machine (one participant).
 	Local LocalConfig `json:"local"`
-	// Pod and MPIJob enable the Kubernetes backends; both need Kubernetes.
-	Pod    KubeBackendConfig `json:"pod,omitempty"`
+	// Pod runs each participant of a check as a Pod on its node (needs
+	// kubernetes).
+	Pod KubeBackendConfig `json:"pod,omitempty"`
+	// MPIJob runs a check as one Kubeflow MPIJob over its participants
+	// (needs kubernetes and the MPI Operator).
 	MPIJob KubeBackendConfig `json:"mpijob,omitempty"`
 }
 
 // KubeBackendConfig enables one Kubernetes backend.
 type KubeBackendConfig struct {
+	// Enabled turns the backend on.
 	Enabled bool `json:"enabled"`
 }
 
@@ -142,8 +170,10 @@ type KubernetesConfig struct {
 
 // LeaderElectionConfig names the Lease the daemon's replicas contend for.
 type LeaderElectionConfig struct {
+	// Namespace of the Lease.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name of the Lease.
+	Name string `json:"name"`
 }
 
 // kubeEnabled reports whether a Kubernetes backend is enabled.
@@ -158,6 +188,7 @@ const DefaultLocalUIDRange = "65536-66559"
 // LocalConfig enables the local backend. When signet runs as root, each
 // check runs as a transient uid of its own from UIDRange, never as root.
 type LocalConfig struct {
+	// Enabled turns the local backend on.
 	Enabled bool `json:"enabled"`
 	// UIDRange is "FIRST-LAST": the uids (and gids of the same numbers)
 	// checks run as when signet runs as root, none of them an account or
@@ -174,13 +205,24 @@ type LocalConfig struct {
 // Ceiling is the most any check's workload may ask for (DESIGN §2). A
 // profile may ask for less, never more; approvals cannot widen it.
 type Ceiling struct {
-	Namespace       string   `json:"namespace,omitempty"`
-	AllowPrivileged bool     `json:"allowPrivileged,omitempty"`
-	Capabilities    []string `json:"capabilities,omitempty"`
-	HostPaths       []string `json:"hostPaths,omitempty"`
-	HostNetwork     bool     `json:"hostNetwork,omitempty"`
-	Registries      []string `json:"registries,omitempty"`
-	MaxGPUs         int      `json:"maxGPUs,omitempty"`
+	// Namespace is where checks' pods and MPIJobs are created (default
+	// "signet-checks").
+	Namespace string `json:"namespace,omitempty"`
+	// AllowPrivileged lets a workload ask for a privileged container.
+	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
+	// Capabilities are the Linux capabilities a workload may add.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// HostPaths are the host directories a workload may mount (read-only),
+	// each with everything under it.
+	HostPaths []string `json:"hostPaths,omitempty"`
+	// HostNetwork lets a workload use the node's network namespace.
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// Registries are the image repositories (prefixes) a workload's
+	// digest-pinned image may come from.
+	Registries []string `json:"registries,omitempty"`
+	// MaxGPUs bounds the GPUs one participant of a check may ask for (0:
+	// no bound beyond the node's).
+	MaxGPUs int `json:"maxGPUs,omitempty"`
 }
 
 // LoadConfig reads and validates the configuration file at file.

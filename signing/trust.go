@@ -36,7 +36,7 @@ var keyIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // concurrent use.
 type TrustPolicy struct {
 	name     string
-	doc      trustPolicyDoc
+	doc      TrustPolicyDocument
 	keys     map[string]*trustedKey
 	order    []string // key ids in file order
 	approver map[string]bool
@@ -58,35 +58,57 @@ type trustedKey struct {
 	revokedAfterCommit string
 }
 
-// The document as written. Times are strings so that errors can name them.
-type trustPolicyDoc struct {
-	APIVersion string          `yaml:"apiVersion" json:"apiVersion"`
-	Kind       string          `yaml:"kind" json:"kind"`
-	Metadata   trustPolicyMeta `yaml:"metadata" json:"metadata"`
-	Spec       TrustPolicySpec `yaml:"spec" json:"spec"`
+// TrustPolicyDocument is a TrustPolicy file as written (its JSON Schema is
+// generated from it). Times are strings so that errors can name them.
+type TrustPolicyDocument struct {
+	APIVersion string `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string `yaml:"kind" json:"kind"`
+	// Metadata names the policy.
+	Metadata TrustPolicyMetadata `yaml:"metadata" json:"metadata"`
+	// Spec is the policy: keys, roles and thresholds.
+	Spec TrustPolicySpec `yaml:"spec" json:"spec"`
 }
 
-type trustPolicyMeta struct {
+// TrustPolicyMetadata names a trust policy.
+type TrustPolicyMetadata struct {
+	// Name of the policy, shown in audits.
 	Name string `yaml:"name" json:"name"`
 }
 
 // TrustPolicySpec is the body of a TrustPolicy document (see doc.go).
 type TrustPolicySpec struct {
-	Keys            []TrustedKeySpec `yaml:"keys" json:"keys"`
-	Approvers       []string         `yaml:"approvers" json:"approvers"`
-	Thresholds      Thresholds       `yaml:"thresholds" json:"thresholds"`
-	EvidenceSigners []string         `yaml:"evidenceSigners,omitempty" json:"evidenceSigners,omitempty"`
-	CommitSigners   []string         `yaml:"commitSigners,omitempty" json:"commitSigners,omitempty"`
+	// Keys are every key the policy knows, by id.
+	Keys []TrustedKeySpec `yaml:"keys" json:"keys"`
+	// Approvers are the ids of the keys whose approvals count.
+	Approvers []string `yaml:"approvers" json:"approvers"`
+	// Thresholds is how many distinct approver keys each kind and action
+	// needs (omitted: 1).
+	Thresholds Thresholds `yaml:"thresholds" json:"thresholds"`
+	// EvidenceSigners are the ids of the keys that may sign evidence (the
+	// reconcilers'); never also approvers.
+	EvidenceSigners []string `yaml:"evidenceSigners,omitempty" json:"evidenceSigners,omitempty"`
+	// CommitSigners, when set, are the ids of the keys whose SSH signature
+	// a spec commit must carry before the reconciler reads it.
+	CommitSigners []string `yaml:"commitSigners,omitempty" json:"commitSigners,omitempty"`
 }
 
 // TrustedKeySpec is one key entry of a trust policy.
 type TrustedKeySpec struct {
-	ID        string `yaml:"id" json:"id"`
-	Owner     string `yaml:"owner,omitempty" json:"owner,omitempty"`
+	// ID is the key's id: the sha256 of its public key's DER, 64 hex (what
+	// `signet keygen` prints); a mismatch is refused.
+	ID string `yaml:"id" json:"id"`
+	// Owner names who holds the key (shown instead of the id).
+	Owner string `yaml:"owner,omitempty" json:"owner,omitempty"`
+	// PublicKey is the key: PKIX PEM or one authorized_keys line.
 	PublicKey string `yaml:"publicKey" json:"publicKey"`
+	// NotBefore (RFC 3339) is when the key starts to count.
 	NotBefore string `yaml:"notBefore,omitempty" json:"notBefore,omitempty"`
-	NotAfter  string `yaml:"notAfter,omitempty" json:"notAfter,omitempty"`
-	Revoked   bool   `yaml:"revoked,omitempty" json:"revoked,omitempty"`
+	// NotAfter (RFC 3339) is when the key stops counting.
+	NotAfter string `yaml:"notAfter,omitempty" json:"notAfter,omitempty"`
+	// Revoked, when true, makes the key count nowhere.
+	Revoked bool `yaml:"revoked,omitempty" json:"revoked,omitempty"`
+	// RevokedAt (RFC 3339) is when the key stops counting; see
+	// docs/trust-policy.md for what a time alone can prove.
 	RevokedAt string `yaml:"revokedAt,omitempty" json:"revokedAt,omitempty"`
 	// RevokedAfterCommit is the hash (40 lowercase hex) of an evidence
 	// commit: the audit refuses whatever the key signed after it in the
@@ -100,10 +122,14 @@ type TrustedKeySpec struct {
 // pointers so that an omitted value and a written 0 stay apart. After
 // parsing, every field is set.
 type Thresholds struct {
+	// CertificationProfile is the approvals a profile needs.
 	CertificationProfile *int `yaml:"CertificationProfile,omitempty" json:"CertificationProfile"`
+	// CertificationRequest is the approvals a request needs.
 	CertificationRequest *int `yaml:"CertificationRequest,omitempty" json:"CertificationRequest"`
-	Cancel               *int `yaml:"cancel,omitempty" json:"cancel"`
-	Release              *int `yaml:"release,omitempty" json:"release"`
+	// Cancel is the approvals canceling a run needs.
+	Cancel *int `yaml:"cancel,omitempty" json:"cancel"`
+	// Release is the approvals releasing a run's retained nodes needs.
+	Release *int `yaml:"release,omitempty" json:"release"`
 }
 
 // LoadTrustPolicy reads and parses the trust policy file at path.
@@ -123,7 +149,7 @@ func ParseTrustPolicy(name string, b []byte) (*TrustPolicy, error) {
 	if len(b) > MaxTrustPolicySize {
 		return nil, fmt.Errorf("%s: %d bytes is more than the limit of %d", name, len(b), MaxTrustPolicySize)
 	}
-	var doc trustPolicyDoc
+	var doc TrustPolicyDocument
 	if fs := specs.DecodeStrict(name, b, &doc); fs != nil {
 		return nil, fs
 	}
@@ -146,7 +172,7 @@ func parseTime(field, s string) (time.Time, error) {
 	return t, nil
 }
 
-func newTrustPolicy(doc trustPolicyDoc) (*TrustPolicy, error) {
+func newTrustPolicy(doc TrustPolicyDocument) (*TrustPolicy, error) {
 	if doc.APIVersion != specs.APIVersion {
 		return nil, fmt.Errorf("apiVersion: %q is not %q", doc.APIVersion, specs.APIVersion)
 	}
@@ -377,7 +403,7 @@ func short(id string) string {
 // NewTrustPolicy builds a policy from spec as if parsed from a document
 // named name; it applies the same checks as ParseTrustPolicy.
 func NewTrustPolicy(name string, spec TrustPolicySpec) (*TrustPolicy, error) {
-	p, err := newTrustPolicy(trustPolicyDoc{APIVersion: specs.APIVersion, Kind: TrustPolicyKind, Metadata: trustPolicyMeta{Name: name}, Spec: spec})
+	p, err := newTrustPolicy(TrustPolicyDocument{APIVersion: specs.APIVersion, Kind: TrustPolicyKind, Metadata: TrustPolicyMetadata{Name: name}, Spec: spec})
 	if err != nil {
 		return nil, fmt.Errorf("trust policy %s: %w", name, err)
 	}

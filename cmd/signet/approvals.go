@@ -117,7 +117,7 @@ func (o *approvalsOptions) run(cmd *cobra.Command, repo string, now time.Time) e
 	rep := decideApprovals(r, fsys, dir, policy, o.Cluster, now)
 	rep.TrustPolicy = o.Trust
 	if o.Output.JSON() {
-		err = writeJSON(cmd.OutOrStdout(), rep)
+		err = o.Output.Write(cmd.OutOrStdout(), rep)
 	} else {
 		err = rep.writeText(cmd.OutOrStdout())
 	}

@@ -133,7 +133,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		if err := writeJSON(w, rep); err != nil {
+		if err := o.Output.Write(w, rep); err != nil {
 			return err
 		}
 	} else {

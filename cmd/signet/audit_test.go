@@ -280,7 +280,7 @@ func TestAuditUsage(t *testing.T) {
 	}{
 		{"no repo", []string{"audit", "--trust", f.TrustFile}},
 		{"no trust", []string{"audit", "--repo", f.Repo}},
-		{"bad output", []string{"audit", "--repo", f.Repo, "--trust", f.TrustFile, "-o", "yaml"}},
+		{"bad output", []string{"audit", "--repo", f.Repo, "--trust", f.TrustFile, "-o", "xml"}},
 		{"missing repo", []string{"audit", "--repo", filepath.Join(t.TempDir(), "nope"), "--trust", f.TrustFile}},
 		{"missing branch", []string{"audit", "--repo", f.Repo, "--branch", "nope", "--trust", f.TrustFile}},
 		{"missing trust file", []string{"audit", "--repo", f.Repo, "--trust", filepath.Join(t.TempDir(), "nope.yaml")}},

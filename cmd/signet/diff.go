@@ -87,7 +87,7 @@ type invalidatedApproval struct {
 }
 
 func newDiffCmd() *cobra.Command {
-	o := &diffOptions{}
+	o := &diffOptions{Output: outputOptions{Annotations: true}}
 	cmd := &cobra.Command{
 		Use:   "diff BASE HEAD [PATH]",
 		Short: "Show what a spec change does: changed objects, invalidated approvals, runs it would start",
@@ -173,9 +173,14 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 		rep.CommitSigner = id
 	}
 	rep.ExitCode = rep.exitCode()
-	if o.Output.JSON() {
-		err = writeJSON(cmd.OutOrStdout(), rep)
-	} else {
+	switch {
+	case o.Output.JSON():
+		err = o.Output.Write(cmd.OutOrStdout(), rep)
+	case o.Output.Format == "github":
+		err = writeGitHub(cmd.OutOrStdout(), o.Repo, "signet diff", rep.Findings)
+	case o.Output.Format == "sarif":
+		err = writeSARIF(cmd.OutOrStdout(), o.Repo, "signet diff", rep.Findings)
+	default:
 		err = rep.writeText(cmd.OutOrStdout())
 	}
 	if err != nil {

@@ -76,7 +76,7 @@ Exit status: 0 printed, 1 the bundle is refused or unreadable, 2 usage.`,
 				return fmt.Errorf("digest bundle %s: %w", dir, err)
 			}
 			if o.Output.JSON() {
-				return writeJSON(cmd.OutOrStdout(), bundleDigestJSON{Path: dir, Digest: d, Files: files})
+				return o.Output.Write(cmd.OutOrStdout(), bundleDigestJSON{Path: dir, Digest: d, Files: files})
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), d)
 			return err

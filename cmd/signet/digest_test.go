@@ -107,7 +107,7 @@ func TestDigestBundleErrors(t *testing.T) {
 		{name: "missing directory", args: []string{"digest", "bundle", filepath.Join(t.TempDir(), "nope")}, wantCode: 1, wantMsg: "no such file"},
 		{name: "no argument", args: []string{"digest", "bundle"}, wantCode: 2},
 		{name: "two arguments", args: []string{"digest", "bundle", "a", "b"}, wantCode: 2},
-		{name: "bad output format", args: []string{"digest", "bundle", "-o", "yaml", withSymlink}, wantCode: 2, wantMsg: "--output"},
+		{name: "bad output format", args: []string{"digest", "bundle", "-o", "xml", withSymlink}, wantCode: 2, wantMsg: "--output"},
 		{name: "no subcommand", args: []string{"digest"}, wantCode: 2},
 	}
 	for _, tt := range tests {

@@ -121,7 +121,7 @@ func (o *keygenOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("keygen: %w", err)
 	}
 	if o.Output.JSON() {
-		return writeJSON(cmd.OutOrStdout(), keygenJSON{
+		return o.Output.Write(cmd.OutOrStdout(), keygenJSON{
 			KeyID: k.KeyID(), Algorithm: k.Algorithm(), PrivateKey: keyPath, PublicKey: pubPath,
 			SSHPublicKey: k.Public().SSHAuthorizedKey(), Encrypted: pass != nil,
 		})

@@ -55,7 +55,9 @@ func newRootCmd() *cobra.Command {
 		Long:          "signet certifies groups of GPU nodes from a Git repository of certification profiles,\ndigest-pinned script bundles and approved requests, and records signed evidence on an\nappend-only evidence branch that auditors can verify offline.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionString(),
 	}
+	root.SetVersionTemplate("signet {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	for _, f := range commands {
 		root.AddCommand(f())

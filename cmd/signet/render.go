@@ -90,7 +90,7 @@ Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 			}
 			report := newRenderReport(repo, path.Clean(filepath.ToSlash(o.Spec.Path)), r)
 			if o.Output.JSON() {
-				err = writeJSON(cmd.OutOrStdout(), report)
+				err = o.Output.Write(cmd.OutOrStdout(), report)
 			} else {
 				err = printRenderText(cmd.OutOrStdout(), report)
 			}

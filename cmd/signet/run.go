@@ -188,7 +188,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		return exitCode(exitRunError, fmt.Errorf("run %s: %w (it stays recoverable: run the same command again)", obj.Run, err))
 	}
 	if o.out.JSON() {
-		if err := writeJSON(cmd.OutOrStdout(), rs); err != nil {
+		if err := o.out.Write(cmd.OutOrStdout(), rs); err != nil {
 			return err
 		}
 	} else {

@@ -152,7 +152,7 @@ func (o *signOptions) run(cmd *cobra.Command, repo string, now time.Time) error 
 		return fmt.Errorf("sign: %w", err)
 	}
 	if o.Output.JSON() {
-		return writeJSON(cmd.OutOrStdout(), signJSON{File: file, KeyID: key.KeyID(), Subjects: subjects, Clusters: pred.Clusters, Expires: pred.Expires})
+		return o.Output.Write(cmd.OutOrStdout(), signJSON{File: file, KeyID: key.KeyID(), Subjects: subjects, Clusters: pred.Clusters, Expires: pred.Expires})
 	}
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "wrote %s (key %s)\n", file, key.KeyID())

@@ -93,7 +93,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		for _, r := range st.Runs {
 			out.Runs = append(out.Runs, runStatusJSON{RunStatus: r, Conditions: runConditions(r, now)})
 		}
-		return writeJSON(w, out)
+		return o.Output.Write(w, out)
 	}
 	printStatus(w, st)
 	return nil

@@ -81,7 +81,7 @@ type objectDigest struct {
 }
 
 func newValidateCmd() *cobra.Command {
-	o := &validateOptions{}
+	o := &validateOptions{Output: outputOptions{Annotations: true}}
 	cmd := &cobra.Command{
 		Use:   "validate [REPO]",
 		Short: "Check every spec of a spec repository and report all problems",
@@ -90,7 +90,8 @@ would, parse every signet document strictly and check every rule of the
 specs: unknown fields, duplicate keys, YAML aliases, spec files over 1 MiB,
 names, digests, bundle pins against the bundle bytes, scripts, backends,
 deadlines, workloads, and requests against their profiles. Every problem is
-reported, with file, document index, field and what is wrong.
+reported, with file:line:column, field and what is wrong (-o github: as
+GitHub Actions annotations; -o sarif: as SARIF 2.1.0).
 
 Bundle paths in profiles are relative to REPO; --path selects the spec path
 inside it (a directory, with or without a kustomization.yaml).
@@ -100,7 +101,9 @@ approved under the trust policy, and every unreadable approval file under
 <path>/.signet/approvals/, is a finding too (see signet approvals for details).
 
 Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
-		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json",
+		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json\n" +
+			"  signet validate -o github   # in a GitHub Actions step: findings annotate the PR's lines\n" +
+			"  signet validate -o sarif > signet.sarif   # for code scanning",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Output.Validate(); err != nil {
@@ -156,8 +159,13 @@ func (o *validateOptions) validate(_ context.Context, repo string) (*validateRep
 // print writes the report as JSON or as one line per finding followed by a
 // summary line.
 func (o *validateOptions) print(w io.Writer, r *validateReport) error {
-	if o.Output.JSON() {
-		return writeJSON(w, r)
+	switch {
+	case o.Output.JSON():
+		return o.Output.Write(w, r)
+	case o.Output.Format == "github":
+		return writeGitHub(w, r.Repo, "signet validate", r.Findings)
+	case o.Output.Format == "sarif":
+		return writeSARIF(w, r.Repo, "signet validate", r.Findings)
 	}
 	for _, f := range r.Findings {
 		if _, err := fmt.Fprintln(w, f.String()); err != nil {

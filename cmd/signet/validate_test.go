@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +57,9 @@ func TestValidateGolden(t *testing.T) {
 		{"invalid text", "validate-invalid.golden", []string{"validate", "testdata/specrepo-invalid"}, 1},
 		{"invalid json", "validate-invalid.json.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "json"}, 1},
 		{"spec path", "validate-path.golden", []string{"validate", "testdata/specrepo-invalid", "--path", "requests"}, 1},
+		{"invalid yaml", "validate-invalid.yaml.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "yaml"}, 1},
+		{"invalid github", "validate-invalid.github.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "github"}, 1},
+		{"invalid sarif", "validate-invalid.sarif.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "sarif"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +71,45 @@ func TestValidateGolden(t *testing.T) {
 			assert.Equal(t, out, again)
 		})
 	}
+}
+
+// TestValidateAnnotations checks the CI outputs against what their readers
+// need: each GitHub workflow command names the file from the checkout's
+// root, its line and column, and the SARIF log is 2.1.0 with one result
+// per finding at the same place.
+func TestValidateAnnotations(t *testing.T) {
+	out, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "json")
+	require.Equal(t, 1, code)
+	var report validateReport
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.NotEmpty(t, report.Findings)
+
+	gh, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "github")
+	require.Equal(t, 1, code)
+	lines := strings.Split(strings.TrimSpace(gh), "\n")
+	require.Len(t, lines, len(report.Findings))
+	for i, f := range report.Findings {
+		assert.True(t, strings.HasPrefix(lines[i], fmt.Sprintf("::error file=testdata/specrepo-invalid/%s,line=%d,col=%d,title=signet validate::", f.File, f.Line, f.Column)), lines[i])
+	}
+
+	sa, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "sarif")
+	require.Equal(t, 1, code)
+	var log sarifLog
+	require.NoError(t, json.Unmarshal([]byte(sa), &log))
+	assert.Equal(t, "2.1.0", log.Version)
+	require.Len(t, log.Runs, 1)
+	require.Len(t, log.Runs[0].Results, len(report.Findings))
+	for i, f := range report.Findings {
+		r := log.Runs[0].Results[i]
+		assert.Equal(t, "testdata/specrepo-invalid/"+f.File, r.Locations[0].PhysicalLocation.ArtifactLocation.URI)
+		require.NotNil(t, r.Locations[0].PhysicalLocation.Region)
+		assert.Equal(t, f.Line, r.Locations[0].PhysicalLocation.Region.StartLine)
+		assert.Equal(t, "error", r.Level)
+	}
+
+	_, stderr, code := runSpecsCLI(t, "status", "-o", "sarif")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `--output: "sarif" is not text, json or yaml`)
 }
 
 func TestValidateJSONShape(t *testing.T) {
@@ -95,7 +138,7 @@ func TestValidateExitCodes(t *testing.T) {
 		{"repository is a file", []string{"validate", "testdata/validate-valid.golden"}, 2, "is not a directory"},
 		{"missing spec path", []string{"validate", "testdata/specrepo-valid", "--path", "nope"}, 2, "nope"},
 		{"spec path escapes", []string{"validate", "testdata/specrepo-valid", "--path", "../specrepo-invalid"}, 2, "not a relative path inside the repository"},
-		{"bad output format", []string{"validate", "testdata/specrepo-valid", "-o", "yaml"}, 2, `"yaml" is not text or json`},
+		{"bad output format", []string{"validate", "testdata/specrepo-valid", "-o", "xml"}, 2, `"xml" is not text, json, yaml, github or sarif`},
 		{"two arguments", []string{"validate", "a", "b"}, 2, "accepts at most 1 arg"},
 		{"unknown flag", []string{"validate", "--frobnicate"}, 2, "unknown flag"},
 	}
@@ -120,4 +163,14 @@ func TestValidateExampleSpecRepo(t *testing.T) {
 			assert.Contains(t, out, ": valid (")
 		})
 	}
+}
+
+// TestVersionFlag: `signet --version` prints what `signet version` does.
+func TestVersionFlag(t *testing.T) {
+	flag, _, code := runSpecsCLI(t, "--version")
+	require.Equal(t, 0, code)
+	cmd, _, code := runSpecsCLI(t, "version")
+	require.Equal(t, 0, code)
+	assert.Equal(t, cmd, flag)
+	assert.True(t, strings.HasPrefix(flag, "signet "), flag)
 }

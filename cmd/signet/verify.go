@@ -83,7 +83,7 @@ func (o *verifyOptions) run(cmd *cobra.Command, run string) error {
 	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		if err := writeJSON(w, rep); err != nil {
+		if err := o.Output.Write(w, rep); err != nil {
 			return err
 		}
 	} else {

@@ -18,16 +18,23 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print signet's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						v = "dev+" + s.Value
-					}
-				}
-			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "signet", v)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "signet", versionString())
 			return err
 		},
 	}
+}
+
+// versionString is the version, or for a development build "dev+" and
+// the commit it was built from, as `signet version` and `signet
+// --version` print it.
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v = "dev+" + s.Value
+			}
+		}
+	}
+	return v
 }

@@ -144,7 +144,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		if err := r.readOwn(intentBytes, evidence.PredicateCheckIntent, &in); err != nil {
 			return evidence.CheckSummary{}, fmt.Errorf("%s: %w", intentPath, err)
 		}
-		cr.Nonce, cr.Deadline = in.Nonce, in.Deadline
+		cr.Nonce, cr.Deadline, cr.IntentAt = in.Nonce, in.Deadline, in.CreatedAt
 		intentRef = evidence.FileRef{Path: intentPath, Digest: specs.DigestOf(intentBytes)}
 		if cached != nil {
 			report = cached
@@ -177,6 +177,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			Run: rs.id, Check: ck.Name, Index: i, Backend: string(ck.Backend), BackendNames: names,
 			RenderedDigest: rendered, ScriptDigest: cr.ScriptDigest, Nonce: nonce, Deadline: cr.Deadline, CreatedAt: r.now(),
 		}
+		cr.IntentAt = intent.CreatedAt
 		f, err := r.document(intentPath, evidence.PredicateCheckIntent, rs.snapshotSubjects(), intent)
 		if err != nil {
 			return evidence.CheckSummary{}, err

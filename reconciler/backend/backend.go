@@ -31,6 +31,10 @@ type CheckRun struct {
 	Nonce        string
 	Deadline     time.Time
 	Participants []evidence.Participant
+	// IntentAt is the intent's createdAt: a backend takes a result only
+	// from objects created at or after it (whole seconds, as the API
+	// server stamps creationTimestamp). Zero disables that check.
+	IntentAt time.Time
 }
 
 // Env returns DESIGN §4's environment for participant index p, without

@@ -287,3 +287,12 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 func runtimeToMap(o any) (map[string]any, error) {
 	return runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 }
+
+// TestFinding21_8SignetPathsListed keeps specs.SignetMountPaths, which
+// spec validation refuses as workload mount paths, in step with the paths
+// the check container really has.
+func TestFinding21_8SignetPathsListed(t *testing.T) {
+	for _, p := range []string{binMountPath, scriptMountPath, workMountPath, corev1.TerminationMessagePathDefault} {
+		assert.Contains(t, specs.SignetMountPaths, p)
+	}
+}

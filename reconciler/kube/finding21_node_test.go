@@ -234,3 +234,41 @@ func TestFinding21_6NodePolicyAllowsOnlyReservation(t *testing.T) {
 		require.NoError(t, f.Release(ctx, "r6", node))
 	})
 }
+
+// TestFinding21_10HandMadeCertificationSwept: certification labels someone
+// wrote by hand (the identity annotation copied correctly) survive the
+// start-up sweep unless the evidence branch backs them and their expiry is
+// within the configured TTL. Before the fix labels naming a run that never
+// ran, expiring in 2099, were kept.
+func TestFinding21_10HandMadeCertificationSwept(t *testing.T) {
+	ctx := t.Context()
+	env := kubetest.Start(t)
+	now := time.Now().UTC()
+	f := NewFleet(env.Client, FleetOptions{Cluster: "c", Evidence: "e", Now: func() time.Time { return now },
+		Certify: &CertifyOptions{TTL: 30 * 24 * time.Hour}})
+	// The evidence branch: run "real" passed on every node under profile
+	// "burnin".
+	vouched := func(run, node, profile string) bool { return run == "real" && profile == "burnin" }
+	label := func(name, run, until string) {
+		n := env.CreateNode(ctx, kubetest.NodeOptions{Name: name, GPUs: 8})
+		adminUpdate(t, env, name, func(n *corev1.Node) {
+			n.Labels[CertifiedProfileLabel], n.Labels[CertifiedRunLabel], n.Labels[CertifiedUntilLabel] = "burnin", run, until
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[CertifiedIdentityAnnotation] = string(n.UID) + "/" + n.Status.NodeInfo.BootID
+		})
+		_ = n
+	}
+	within := now.Add(24 * time.Hour).Format(CertifiedUntilFormat)
+	label("never-ran", "never-ran", within)
+	label("far-future", "real", "20991231T000000Z")
+	label("genuine", "real", within)
+	require.NoError(t, f.SweepCertified(ctx, vouched))
+	for name, kept := range map[string]bool{"never-ran": false, "far-future": false, "genuine": true} {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		_, has := n.Labels[CertifiedRunLabel]
+		assert.Equal(t, kept, has, "%s: certification kept", name)
+	}
+}

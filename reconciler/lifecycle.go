@@ -157,6 +157,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			return evidence.CheckSummary{}, fmt.Errorf("adopt: %w", err)
 		}
 		if found {
+			r.holdIdentity(ctx, rs, cr, rep)
 			report = rep
 		} else {
 			interrupted = "interrupted: the reconciler restarted after the check's intent was recorded and no backend was found to adopt; the check is not run again"
@@ -209,6 +210,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			interrupted = "backend failed: " + err.Error()
 			log.Error("backend failed; check recorded as Error", "error", err)
 		} else {
+			r.holdIdentity(ctx, rs, cr, rep)
 			report = rep
 		}
 		rs.mu.Lock()

@@ -2,13 +2,18 @@ package kube
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -294,5 +299,68 @@ func runtimeToMap(o any) (map[string]any, error) {
 func TestFinding21_8SignetPathsListed(t *testing.T) {
 	for _, p := range []string{binMountPath, scriptMountPath, workMountPath, corev1.TerminationMessagePathDefault} {
 		assert.Contains(t, specs.SignetMountPaths, p)
+	}
+}
+
+// TestFinding21_5MutatedAtAdmission: a mutating webhook (served here on
+// loopback, called by the real kube-apiserver) appends an init container
+// to every check pod, as one that overwrites /signet-bin/signet after the
+// install step would (here it runs /bin/true: what it does cannot be known
+// from the outside). Whatever the pod then reports is not the rendered
+// pod's result: the participants must not pass, even with a script that
+// passes. Before the fix the admitted pod was never compared with the
+// rendered one and the result was taken.
+func TestFinding21_5MutatedAtAdmission(t *testing.T) {
+	e := startE2E(t, nil)
+	ctx := t.Context()
+	patch, err := json.Marshal([]map[string]any{{
+		"op": "add", "path": "/spec/initContainers/-",
+		"value": map[string]any{"name": "injected", "image": testWorkloadImage, "command": []string{"/bin/true"}},
+	}})
+	require.NoError(t, err)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		pt := admissionv1.PatchTypeJSONPatch
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: patch, PatchType: &pt}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(&review)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	url := srv.URL + "/mutate"
+	fail, none := admissionregv1.Fail, admissionregv1.SideEffectClassNone
+	_, err = e.env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "inject"},
+		Webhooks: []admissionregv1.MutatingWebhook{{
+			Name: "inject.example.com", ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules: []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create},
+				Rule: admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/managed-by": "signet"}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// The webhook takes effect once the API server has loaded it.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{"app.kubernetes.io/managed-by": "signet"}},
+			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: testWorkloadImage}},
+				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage}}}}
+		got, err := e.env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		require.NoError(ct, err)
+		assert.Len(ct, got.Spec.InitContainers, 2)
+	}, 30*time.Second, 200*time.Millisecond)
+
+	c := e.checkRun("mutated", resultScript, 2*time.Minute)
+	rep, err := e.b.Run(ctx, c)
+	require.NoError(t, err)
+	assertNoPass(t, c, rep)
+	for _, pr := range rep.Participants {
+		assert.Contains(t, pr.Termination.Reason, "as admitted differs from the rendered pod")
 	}
 }

@@ -124,6 +124,12 @@ func (b *PodBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.Che
 			return nil, fmt.Errorf("pod backend: create pod %s/%s: %w", b.o.Namespace, p.Name, err)
 		}
 		ws[i] = &watched{name: p.Name, uid: got.UID}
+		// The pod as admitted: a mutating webhook may have changed what runs
+		// (issue 21, finding 5). Such a pod's result is never read.
+		if d := podSpecDiff(&p.Spec, &got.Spec); len(d) > 0 {
+			ws[i].lost = fmt.Sprintf("pod %s (uid %s) as admitted differs from the rendered pod: %s", p.Name, got.UID, strings.Join(d, "; "))
+			b.log.Warn("check pod changed at admission; its result will not be read", "run", c.Run, "check", c.Check.Name, "pod", p.Name, "diff", strings.Join(d, "; "))
+		}
 	}
 	b.log.Info("check pods created", "run", c.Run, "check", c.Check.Name, "pods", len(r.Pods))
 	return b.observe(ctx, c, ws, started), nil

@@ -224,6 +224,10 @@ func TestFinding21_6NodePolicyAllowsOnlyReservation(t *testing.T) {
 		adminUpdate(t, env, "gpu-1", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 		attempt(t, func(n *corev1.Node) { n.Spec.Unschedulable = false })
 	})
+	t.Run("uncordon while adding a reservation", func(t *testing.T) {
+		reserve := reserved("r6", corev1.TaintEffectNoSchedule, true)
+		attempt(t, func(n *corev1.Node) { reserve(n); n.Spec.Unschedulable = false })
+	})
 	t.Run("a reservation is admitted", func(t *testing.T) {
 		adminUpdate(t, env, "gpu-1", func(n *corev1.Node) { n.Spec.Unschedulable = false })
 		n, err := sa.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})

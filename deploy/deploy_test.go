@@ -505,6 +505,7 @@ func canI(t *testing.T, kubectl, kubeconfig string) {
 			"pods/log [] [] [get]",
 			"configmaps [] [] [create get list delete]",
 			"mpijobs.kubeflow.org [] [] [create get list watch delete]",
+			"jobs.batch [] [] [get]",
 		}),
 		systemNS: slices.Concat(selfReviews, clusterWide, []string{
 			"leases.coordination.k8s.io [] [signet-reconciler] [get update]",

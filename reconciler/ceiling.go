@@ -72,10 +72,31 @@ func (c Ceiling) Check(p *specs.CertificationProfile, enabled func(specs.Backend
 	return out
 }
 
+// registryAllowed reports whether image names a repository of an allowed
+// entry, matched on whole path components of the repository name (issue 21,
+// finding 11): an entry is a registry host ("registry.example") or a
+// repository prefix under one ("registry.example/team"). The repository
+// must name its registry explicitly (a first component with "." or ":", or
+// "localhost"), as container runtimes read it: "registry.example@sha256:…"
+// or "localhost:5000@sha256:…" is Docker Hub's library/registry.example or
+// library/localhost, and matches no entry.
 func (c Ceiling) registryAllowed(image string) bool {
+	name, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		if j := strings.LastIndex(name[i:], ":"); j >= 0 {
+			name = name[:i+j] // a tag
+		}
+	}
+	host, _, ok := strings.Cut(name, "/")
+	if !ok || !(strings.ContainsAny(host, ".:") || host == "localhost") {
+		return false
+	}
 	for _, r := range c.Registries {
 		r = strings.TrimSuffix(r, "/")
-		if strings.HasPrefix(image, r+"/") || strings.HasPrefix(image, r+"@") {
+		if r == "" {
+			continue
+		}
+		if name == r || strings.HasPrefix(name, r+"/") {
 			return true
 		}
 	}

@@ -144,7 +144,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		if err := r.readOwn(intentBytes, evidence.PredicateCheckIntent, &in); err != nil {
 			return evidence.CheckSummary{}, fmt.Errorf("%s: %w", intentPath, err)
 		}
-		cr.Nonce, cr.Deadline = in.Nonce, in.Deadline
+		cr.Nonce, cr.Deadline, cr.IntentAt = in.Nonce, in.Deadline, in.CreatedAt
 		intentRef = evidence.FileRef{Path: intentPath, Digest: specs.DigestOf(intentBytes)}
 		if cached != nil {
 			report = cached
@@ -157,6 +157,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			return evidence.CheckSummary{}, fmt.Errorf("adopt: %w", err)
 		}
 		if found {
+			r.holdIdentity(ctx, rs, cr, rep)
 			report = rep
 		} else {
 			interrupted = "interrupted: the reconciler restarted after the check's intent was recorded and no backend was found to adopt; the check is not run again"
@@ -177,6 +178,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			Run: rs.id, Check: ck.Name, Index: i, Backend: string(ck.Backend), BackendNames: names,
 			RenderedDigest: rendered, ScriptDigest: cr.ScriptDigest, Nonce: nonce, Deadline: cr.Deadline, CreatedAt: r.now(),
 		}
+		cr.IntentAt = intent.CreatedAt
 		f, err := r.document(intentPath, evidence.PredicateCheckIntent, rs.snapshotSubjects(), intent)
 		if err != nil {
 			return evidence.CheckSummary{}, err
@@ -208,6 +210,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 			interrupted = "backend failed: " + err.Error()
 			log.Error("backend failed; check recorded as Error", "error", err)
 		} else {
+			r.holdIdentity(ctx, rs, cr, rep)
 			report = rep
 		}
 		rs.mu.Lock()

@@ -83,7 +83,7 @@ func (r *Reconciler) repairReservations(ctx context.Context) error {
 // stale certifications (logged, never fatal) and lifts the reservations no
 // run accounts for.
 func (r *Reconciler) repairFleet(ctx context.Context, fleet backend.Fleet) error {
-	if err := fleet.SweepCertified(ctx); err != nil {
+	if err := fleet.SweepCertified(ctx, r.vouched); err != nil {
 		r.log.Warn("sweeping certification labels", "error", err)
 	}
 	res, err := fleet.Reservations(ctx)
@@ -232,4 +232,23 @@ func redactURL(s string) string {
 	}
 	u.User = nil
 	return u.String()
+}
+
+// vouched is the evidence branch's word on a certification label: run is
+// a run of this reconciler that passed on node under profile (its receipt
+// lists node as released), or one still unfinished, which certifies or
+// uncertifies its nodes itself.
+func (r *Reconciler) vouched(run, node, profile string) bool {
+	r.mu.Lock()
+	rs := r.runs[run]
+	r.mu.Unlock()
+	if rs == nil {
+		return false
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.receipt == nil {
+		return true
+	}
+	return rs.adm.Profile.Name == profile && slices.Contains(rs.released, node)
 }

@@ -264,6 +264,8 @@ func validateWorkload(r *reporter, f string, w *Workload) {
 		}
 		if !cleanAbsolute(h.MountPath) {
 			r.addf(fh+".mountPath", "%q is not a clean absolute path", h.MountPath)
+		} else if sp, ok := overSignetPath(h.MountPath); ok {
+			r.addf(fh+".mountPath", "%q would cover signet's own %s, which runs and reports the check", h.MountPath, sp)
 		} else if j, dup := mounts[h.MountPath]; dup {
 			r.addf(fh+".mountPath", "%q is also the mountPath of hostPaths[%d]", h.MountPath, j)
 		} else {
@@ -388,6 +390,24 @@ func validPath(p string) bool {
 }
 
 // cleanAbsolute reports whether p is an absolute, clean path.
+// SignetMountPaths are the paths of a check container that signet itself
+// mounts or writes: the installed `signet exec` binary, the verified script,
+// the work directory and the termination message (the result). A workload
+// mount at, under or above one of them is refused (issue 21, finding 8): it
+// could replace what runs the check or what reports its result.
+var SignetMountPaths = []string{"/signet-bin", "/signet-script", "/signet-work", "/dev/termination-log"}
+
+// overSignetPath returns the signet path that mount path p equals, lies
+// under or contains.
+func overSignetPath(p string) (string, bool) {
+	for _, sp := range SignetMountPaths {
+		if p == sp || strings.HasPrefix(p, sp+"/") || strings.HasPrefix(sp, strings.TrimSuffix(p, "/")+"/") {
+			return sp, true
+		}
+	}
+	return "", false
+}
+
 func cleanAbsolute(p string) bool {
 	return strings.HasPrefix(p, "/") && path.Clean(p) == p
 }

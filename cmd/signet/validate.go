@@ -104,7 +104,7 @@ Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json\n" +
 			"  signet validate -o github   # in a GitHub Actions step: findings annotate the PR's lines\n" +
 			"  signet validate -o sarif > signet.sarif   # for code scanning",
-		Args:    cobra.MaximumNArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Output.Validate(); err != nil {
 				return err

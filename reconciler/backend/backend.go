@@ -31,6 +31,10 @@ type CheckRun struct {
 	Nonce        string
 	Deadline     time.Time
 	Participants []evidence.Participant
+	// IntentAt is the intent's createdAt: a backend takes a result only
+	// from objects created at or after it (whole seconds, as the API
+	// server stamps creationTimestamp). Zero disables that check.
+	IntentAt time.Time
 }
 
 // Env returns DESIGN §4's environment for participant index p, without
@@ -163,8 +167,15 @@ type Fleet interface {
 	// labels (a later non-Pass). Both are no-ops when the node's UID is not
 	// n.UID. A zero until leaves the expiry to the Fleet (its own TTL from
 	// the pass time); the reconciler always passes a zero until. SweepCertified removes labels whose node UID or bootID changed
-	// since certification, or that expired.
+	// since certification, that expired, whose expiry lies beyond the
+	// Fleet's TTL from now, or, when vouched is not nil, whose run, node
+	// and profile vouched does not confirm from the evidence branch.
 	Certify(ctx context.Context, n Node, profile, run string, until time.Time) error
 	Uncertify(ctx context.Context, n Node) error
-	SweepCertified(ctx context.Context) error
+	SweepCertified(ctx context.Context, vouched Vouched) error
 }
+
+// Vouched says whether the evidence branch backs a certification label:
+// run passed on node under profile, or run is still unfinished (it will
+// certify or uncertify the node itself).
+type Vouched func(run, node, profile string) bool

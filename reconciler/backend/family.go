@@ -57,7 +57,7 @@ func (Unreserved) Certify(context.Context, Node, string, string, time.Time) erro
 func (Unreserved) Uncertify(context.Context, Node) error { return nil }
 
 // SweepCertified does nothing.
-func (Unreserved) SweepCertified(context.Context) error { return nil }
+func (Unreserved) SweepCertified(context.Context, Vouched) error { return nil }
 
 // snapshotter is the part of a Fleet that Unreserved leaves to the
 // embedding type; it is here so that the compiler checks the split.

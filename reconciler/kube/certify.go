@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,9 +119,13 @@ func (f *Fleet) updateIfOurs(ctx context.Context, want backend.Node, what string
 
 // SweepCertified implements backend.Fleet: it removes the certification
 // labels and annotation of every node whose UID or bootID differs from the
-// recorded identity, whose identity or expiry is missing or unreadable, or
-// whose expiry has passed. Every node is re-checked on each re-read.
-func (f *Fleet) SweepCertified(ctx context.Context) error {
+// recorded identity, whose identity or expiry is missing or unreadable,
+// whose expiry has passed or lies beyond CertifyOptions.TTL from now, or,
+// with vouched, whose run, node and profile the evidence branch does not
+// back (issue 21, finding 10: hand-made labels naming a run that never
+// ran, expiring in 2099, were kept). Every node is re-checked on each
+// re-read.
+func (f *Fleet) SweepCertified(ctx context.Context, vouched backend.Vouched) error {
 	if f.certify == nil {
 		return nil
 	}
@@ -131,12 +136,12 @@ func (f *Fleet) SweepCertified(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		n := &list.Items[i]
-		if f.staleCertification(n) == "" {
+		if f.staleCertification(n, vouched) == "" {
 			continue
 		}
 		var why string
 		err := f.updateIfOurs(ctx, backend.Node{Name: n.Name, UID: string(n.UID)}, "sweep certification", func(n *corev1.Node) bool {
-			why = f.staleCertification(n)
+			why = f.staleCertification(n, vouched)
 			return why != "" && uncertify(n)
 		})
 		if err != nil {
@@ -152,7 +157,7 @@ func (f *Fleet) SweepCertified(ctx context.Context) error {
 
 // staleCertification says why n's certification no longer holds, or ""
 // when it holds or n carries none.
-func (f *Fleet) staleCertification(n *corev1.Node) string {
+func (f *Fleet) staleCertification(n *corev1.Node, vouched backend.Vouched) string {
 	id, hasID := n.Annotations[CertifiedIdentityAnnotation]
 	until, hasUntil := n.Labels[CertifiedUntilLabel]
 	_, hasProfile := n.Labels[CertifiedProfileLabel]
@@ -175,8 +180,13 @@ func (f *Fleet) staleCertification(n *corev1.Node) string {
 	if err != nil {
 		return "unreadable expiry"
 	}
-	if !f.now().Before(t) {
+	switch {
+	case !f.now().Before(t):
 		return "expired"
+	case f.certify.TTL > 0 && t.After(f.now().Add(f.certify.TTL)):
+		return "expiry beyond the configured TTL"
+	case vouched != nil && !vouched(n.Labels[CertifiedRunLabel], n.Name, n.Labels[CertifiedProfileLabel]):
+		return "the evidence branch does not record run " + strconv.Quote(n.Labels[CertifiedRunLabel]) + " passing on this node"
 	}
 	return ""
 }

@@ -588,7 +588,7 @@ func testFleetCertify(t *testing.T, env *kubetest.Env) {
 	off := testFleet(env)
 	require.NoError(t, off.Certify(ctx, boot, "burnin", "run-c", now.Add(time.Hour)))
 	require.NoError(t, off.Uncertify(ctx, boot))
-	require.NoError(t, off.SweepCertified(ctx))
+	require.NoError(t, off.SweepCertified(ctx, nil))
 	sameAs(t, origBoot, getState(t, cs, "cert-boot"), true)
 
 	// Another UID: nothing is written.
@@ -609,7 +609,7 @@ func testFleetCertify(t *testing.T, env *kubetest.Env) {
 	assert.Equal(t, "20260506T080809Z", certifiedExp.Labels[CertifiedUntilLabel])
 
 	// Nothing stale yet: the sweep writes nothing.
-	require.NoError(t, f.SweepCertified(ctx))
+	require.NoError(t, f.SweepCertified(ctx, nil))
 	sameAs(t, certified, getState(t, cs, "cert-boot"), true)
 	sameAs(t, certifiedExp, getState(t, cs, "cert-exp"), true)
 
@@ -623,11 +623,11 @@ func testFleetCertify(t *testing.T, env *kubetest.Env) {
 		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	}))
-	require.NoError(t, f.SweepCertified(ctx))
+	require.NoError(t, f.SweepCertified(ctx, nil))
 	sameAs(t, origBoot, getState(t, cs, "cert-boot"), false)
 	sameAs(t, certifiedExp, getState(t, cs, "cert-exp"), true)
 	now = now.Add(time.Hour)
-	require.NoError(t, f.SweepCertified(ctx))
+	require.NoError(t, f.SweepCertified(ctx, nil))
 	after := getState(t, cs, "cert-exp")
 	assert.Equal(t, foreign["team"], after.Labels["team"])
 	assert.Equal(t, "keep", after.Labels["example.com/certified-until"])

@@ -149,9 +149,10 @@ func (b *MPIJobBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.
 }
 
 // Adopt observes the MPIJob of an intent written before a restart, as Run
-// does. It never creates anything: a missing MPIJob is found=false, and so is
-// one that carries another run's labels (it is not this check's and is left
-// alone).
+// does, with the same binding of its pods to the job (poll). It never
+// creates anything: a missing MPIJob is found=false, and so is one that
+// carries another run's labels or was created before the intent
+// (c.IntentAt): it is not this check's and is left alone.
 func (b *MPIJobBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backend.CheckReport, bool, error) {
 	name := MPIJobName(c.Run, c.Index)
 	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -165,6 +166,11 @@ func (b *MPIJobBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backen
 		return nil, false, nil
 	}
 	log := b.log.With("run", c.Run, "check", c.Check.Name, "mpijob", name)
+	if why := createdBeforeIntent(job, c.IntentAt); why != "" {
+		// Not the job signet created after this intent: nothing to adopt.
+		log.Warn("mpijob not adopted", "uid", job.GetUID(), "reason", why)
+		return nil, false, nil
+	}
 	log.Info("mpijob adopted", "uid", job.GetUID())
 	started := job.GetCreationTimestamp().Time
 	return b.observe(ctx, c, string(job.GetUID()), started, log), true, nil

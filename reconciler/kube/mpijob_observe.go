@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/procutil"
@@ -31,8 +32,10 @@ const operatorDeadlineSkew = time.Second
 type observation struct {
 	launcher *corev1.Pod // nil while none exists
 	workers  []corev1.Pod
-	failed   string // the MPIJob's Failed condition, when set
-	gone     string // why the job counts as gone behind signet's back
+	// foreign lists pods labelled as the job's that it does not control.
+	foreign []string
+	failed  string // the MPIJob's Failed condition, when set
+	gone    string // why the job counts as gone behind signet's back
 }
 
 // observe polls until the launcher is terminal, c.Deadline, ctx's end, or
@@ -41,6 +44,7 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	name := MPIJobName(c.Run, c.Index)
 	var last observation
 	var seenLauncher bool
+	pins := map[string]types.UID{} // pod name → the UID first seen
 	for {
 		// Past the deadline the operator's own activeDeadlineSeconds may
 		// end or remove the launcher: what this poll sees is then the
@@ -48,7 +52,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 		// from a start time stored in whole seconds, so it can fire up to a
 		// second before c.Deadline: that second counts as late too.
 		late := !time.Now().Add(operatorDeadlineSkew).Before(c.Deadline)
-		ob, err := b.poll(ctx, name, uid)
+		ob, err := b.poll(ctx, c, name, uid)
+		if err == nil && ob.gone == "" {
+			ob.gone = pinned(pins, ob)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn("mpijob poll failed", "err", err)
@@ -105,9 +112,31 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	}
 }
 
+// pinned records the UID of every launcher and worker pod the first time it
+// is seen and says why the job counts as gone when a pod of a known name now
+// has another UID ("" when none has).
+func pinned(pins map[string]types.UID, ob observation) string {
+	pods := slices.Clone(ob.workers)
+	if ob.launcher != nil {
+		pods = append(pods, *ob.launcher)
+	}
+	for _, p := range pods {
+		if was, ok := pins[p.Name]; ok && was != p.UID {
+			return fmt.Sprintf("pod %s was replaced behind signet's back (uid %s, first seen as %s)", p.Name, p.UID, was)
+		}
+		pins[p.Name] = p.UID
+	}
+	return ""
+}
+
 // poll reads the MPIJob (which must still have UID uid), its launcher pod and
-// its worker pods.
-func (b *MPIJobBackend) poll(ctx context.Context, name, uid string) (observation, error) {
+// its worker pods. Only pods whose controller chain leads to the MPIJob
+// count (issue 21, finding 1): a worker controlled by the MPIJob, a
+// launcher controlled by a batch/v1 Job that the MPIJob controls, each
+// created no earlier than the intent. A pod that carries the job's labels
+// and fails that is foreign: the job counts as gone, since someone else
+// is writing pods in its name.
+func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string) (observation, error) {
 	var ob observation
 	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -137,13 +166,32 @@ func (b *MPIJobBackend) poll(ctx context.Context, name, uid string) (observation
 		return ob, err
 	}
 	var launchers []corev1.Pod
+	jobs := map[types.UID]string{} // launcher Jobs checked in this poll: "" when controlled by the MPIJob
 	for _, p := range pods.Items {
+		var why string
 		switch p.Labels[MPIJobRoleLabel] {
 		case MPIRoleLauncher:
-			launchers = append(launchers, p)
+			why = b.launcherChain(ctx, &p, types.UID(uid), jobs)
 		case MPIRoleWorker:
+			why = controlledBy(&p, "MPIJob", types.UID(uid))
+		default:
+			continue
+		}
+		if why == "" {
+			why = createdBeforeIntent(&p, c.IntentAt)
+		}
+		switch {
+		case why != "":
+			ob.foreign = append(ob.foreign, fmt.Sprintf("pod %s (uid %s, role %s) %s", p.Name, p.UID, p.Labels[MPIJobRoleLabel], why))
+		case p.Labels[MPIJobRoleLabel] == MPIRoleLauncher:
+			launchers = append(launchers, p)
+		default:
 			ob.workers = append(ob.workers, p)
 		}
+	}
+	if len(ob.foreign) > 0 {
+		ob.gone = "pods labelled as MPIJob " + name + "'s that it does not control: " + strings.Join(ob.foreign, "; ")
+		return ob, nil
 	}
 	switch len(launchers) {
 	case 0:
@@ -159,6 +207,34 @@ func (b *MPIJobBackend) poll(ctx context.Context, name, uid string) (observation
 	}
 	sort.Slice(ob.workers, func(i, j int) bool { return ob.workers[i].Name < ob.workers[j].Name })
 	return ob, nil
+}
+
+// launcherChain says why the launcher pod p is not the MPIJob's (uid):
+// its controller must be a batch/v1 Job that exists with that UID and is
+// itself controlled by the MPIJob. checked caches the verdict per Job UID
+// for one poll. "" when the chain holds.
+func (b *MPIJobBackend) launcherChain(ctx context.Context, p *corev1.Pod, uid types.UID, checked map[types.UID]string) string {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
+		return controlledBy(p, "Job", "")
+	}
+	if why, ok := checked[ref.UID]; ok {
+		return why
+	}
+	why := ""
+	job, err := b.client.BatchV1().Jobs(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("names Job %s as its controller, which cannot be read: %v", ref.Name, err)
+	case job.UID != ref.UID:
+		why = fmt.Sprintf("names Job %s uid %s as its controller; that Job has uid %s", ref.Name, ref.UID, job.UID)
+	default:
+		if w := controlledBy(job, "MPIJob", uid); w != "" {
+			why = "is controlled by Job " + job.Name + ", which " + w
+		}
+	}
+	checked[ref.UID] = why
+	return why
 }
 
 // launcherState is what the launcher's check container shows now, read as

@@ -124,6 +124,12 @@ func (b *PodBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.Che
 			return nil, fmt.Errorf("pod backend: create pod %s/%s: %w", b.o.Namespace, p.Name, err)
 		}
 		ws[i] = &watched{name: p.Name, uid: got.UID}
+		// The pod as admitted: a mutating webhook may have changed what runs
+		// (issue 21, finding 5). Such a pod's result is never read.
+		if d := podSpecDiff(&p.Spec, &got.Spec); len(d) > 0 {
+			ws[i].lost = fmt.Sprintf("pod %s (uid %s) as admitted differs from the rendered pod: %s", p.Name, got.UID, strings.Join(d, "; "))
+			b.log.Warn("check pod changed at admission; its result will not be read", "run", c.Run, "check", c.Check.Name, "pod", p.Name, "diff", strings.Join(d, "; "))
+		}
 	}
 	b.log.Info("check pods created", "run", c.Run, "check", c.Check.Name, "pods", len(r.Pods))
 	return b.observe(ctx, c, ws, started), nil
@@ -133,11 +139,17 @@ func (b *PodBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.Che
 // restart and observes them as Run does; it never creates anything. found
 // is false when no pod of the check exists (the ConfigMap alone proves
 // nothing ran). A pod is taken as the one signet created when it carries
-// the check's labels and nonce; a missing one is reported as deleted
-// behind signet's back.
+// the check's labels and nonce, was created no earlier than the intent
+// (c.IntentAt) and its containers and volumes are the rendered ones
+// (podSpecDiff); any other is that participant's Error, and a missing one
+// is reported as deleted behind signet's back.
 func (b *PodBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backend.CheckReport, bool, error) {
 	if len(c.Participants) == 0 {
 		return nil, false, errors.New("pod backend: no participants")
+	}
+	r, err := render(c, b.o.Namespace, b.o.SignetImage)
+	if err != nil {
+		return nil, false, err
 	}
 	ws := make([]*watched, len(c.Participants))
 	var earliest time.Time
@@ -156,6 +168,16 @@ func (b *PodBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backend.C
 		found = true
 		if !ownPod(c, i, p) {
 			ws[i].lost = fmt.Sprintf("pod deleted behind signet's back: pod %s (uid %s) does not carry this check's labels and nonce", name, p.UID)
+			continue
+		}
+		// Labels and nonce are not secret: the pod must also have been
+		// created after the intent and be the pod signet renders.
+		why := createdBeforeIntent(p, c.IntentAt)
+		if d := podSpecDiff(&r.Pods[i].Spec, &p.Spec); why == "" && len(d) > 0 {
+			why = "differs from the rendered pod: " + strings.Join(d, "; ")
+		}
+		if why != "" {
+			ws[i].lost = fmt.Sprintf("pod %s (uid %s) is not the pod signet created: %s", name, p.UID, why)
 			continue
 		}
 		ws[i].uid = p.UID

@@ -196,16 +196,17 @@ var errNotReserved = errors.New("not reserved")
 // with want.UID and no reservation annotation is already restored: nil,
 // nothing written (so a release retried after a crash succeeds).
 //
-// spec.unschedulable and every taint of the recorded prior come back
-// exactly (value, effect, timeAdded, order). Taints added since the
-// reservation by someone else (a key and effect neither in the prior nor
-// ours) are kept after them: they are another controller's or an
-// operator's decision about the node, taken while it was reserved, which a
-// release must not undo. Two taints are not kept: our reservation taint,
-// and node.kubernetes.io/unschedulable when the node was not cordoned
-// before, since the node lifecycle controller added it only because of our
-// cordon. When nobody else touched the node it is restored exactly as it
-// was.
+// It removes only what the reservation added (issue 21, findings 2 and 9):
+// the annotation, run's reservation taint, and the cordon when the node was
+// not cordoned before. Every other taint stays as it is now: a prior taint
+// whose owner changed or removed it meanwhile is not set back, a taint
+// someone added is kept, and node.kubernetes.io/unschedulable, which the
+// node lifecycle controller adds to a cordoned node, is left for that
+// controller to lift once the cordon goes (removing it would be a change
+// of another controller's taint, which the shipped node policy refuses).
+// A node that was cordoned before stays cordoned. When nobody else touched
+// the node it ends as it was before the reservation, but for that
+// controller's taint until it lifts it.
 func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) error {
 	nodes := f.client.CoreV1().Nodes()
 	err := retry.RetryOnConflict(conflictRetry, func() error {
@@ -232,8 +233,10 @@ func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) erro
 		case r.UID != want.UID:
 			return notOurs(want.Name, "reservation names UID %s, not %s", r.UID, want.UID)
 		}
-		n.Spec.Unschedulable = r.Prior.Unschedulable
-		n.Spec.Taints = restoredTaints(r.Prior, n.Spec.Taints, run)
+		if !r.Prior.Unschedulable {
+			n.Spec.Unschedulable = false
+		}
+		n.Spec.Taints = withoutReservationTaint(n.Spec.Taints, run)
 		delete(n.Annotations, ReservationAnnotation)
 		if len(n.Annotations) == 0 {
 			n.Annotations = nil
@@ -255,28 +258,14 @@ func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) erro
 	return err
 }
 
-// restoredTaints is the prior taint list followed by the taints others
-// added meanwhile (see restore).
-func restoredTaints(p prior, now []corev1.Taint, run string) []corev1.Taint {
-	type id struct {
-		key    string
-		effect corev1.TaintEffect
-	}
-	inPrior := map[id]bool{}
-	for _, t := range p.Taints {
-		inPrior[id{t.Key, t.Effect}] = true
-	}
-	out := slices.Clone(p.Taints)
+// withoutReservationTaint is now without run's reservation taint, every
+// other taint in its order; nil when none is left.
+func withoutReservationTaint(now []corev1.Taint, run string) []corev1.Taint {
+	var out []corev1.Taint
 	for _, t := range now {
-		switch {
-		case inPrior[id{t.Key, t.Effect}], isOurTaint(t, run):
-		case t.Key == UnschedulableTaintKey && !p.Unschedulable:
-		default:
+		if !isOurTaint(t, run) {
 			out = append(out, t)
 		}
-	}
-	if len(out) == 0 {
-		return nil
 	}
 	return out
 }

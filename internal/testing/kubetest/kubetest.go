@@ -8,7 +8,7 @@
 // really enforced) and the real controller-manager runs the garbage collector
 // and the other default controllers.
 //
-// The node lifecycle controller is disabled
+// The node lifecycle controller is disabled unless Options.NodeLifecycle
 // (`--controllers=*,-node-lifecycle-controller`, alias nodelifecycle): no kubelet runs here, so it would mark
 // every simulated node NotReady/Unknown after its grace period and taint it
 // unreachable. Instead the node helpers of this package play that part:
@@ -83,6 +83,14 @@ type Options struct {
 	// Users are the unprivileged identities besides AdminUser; nil means
 	// DefaultUsers.
 	Users []User
+	// NodeLifecycle runs the controller-manager's node lifecycle controller
+	// as a real cluster does (it taints a cordoned node
+	// node.kubernetes.io/unschedulable:NoSchedule, lifts the not-ready
+	// taint of a Ready node, and marks a node whose kubelet goes silent
+	// NotReady/Unknown and taints it). Nodes made by CreateNode then get a
+	// kubelet's heartbeat (see CreateNode). Off by default: see the package
+	// doc.
+	NodeLifecycle bool
 }
 
 // Env is a running control plane.
@@ -98,6 +106,8 @@ type Env struct {
 	StartupTime time.Duration
 
 	t      testing.TB
+	opts   Options
+	beats  *heartbeats
 	tokens map[string]string
 	caData []byte
 	host   string
@@ -123,7 +133,7 @@ func StartWith(t testing.TB, opts Options) *Env {
 		users = DefaultUsers
 	}
 	dir := t.TempDir()
-	e := &Env{t: t, Dir: dir, tokens: map[string]string{}}
+	e := &Env{t: t, Dir: dir, tokens: map[string]string{}, opts: opts}
 	t.Cleanup(e.stop)
 
 	// Token file and service-account key pair.
@@ -233,12 +243,17 @@ func StartWith(t testing.TB, opts Options) *Env {
 		"--secure-port", "0",
 		"--leader-elect=false",
 	)
+	controllers := "*,-node-lifecycle-controller,-ttl-controller"
+	if opts.NodeLifecycle {
+		controllers = "*,-ttl-controller"
+		e.beats = startHeartbeats(e)
+	}
 	e.startProc("kube-controller-manager", bins.controllerManager,
 		"--kubeconfig", kubeconfig,
 		"--secure-port", "0",
 		"--leader-elect=false",
 		"--service-account-private-key-file", saKey,
-		"--controllers", "*,-node-lifecycle-controller,-ttl-controller",
+		"--controllers", controllers,
 	)
 	// Both run once they answer nothing but their own logs; make sure they
 	// did not exit at once (bad flag, unreachable API server).

@@ -57,6 +57,10 @@ type MPIOptions struct {
 	WrongNode map[string]string
 	// Resync is how often every MPIJob is reconciled; 0 means 250 ms.
 	Resync time.Duration
+	// Stalled names MPIJobs (by name, any namespace) the stand-in never
+	// reconciles, as an operator that is down or behind: nothing is
+	// created for them and their status stays as it is.
+	Stalled map[string]bool
 }
 
 // MPIOperator stands in for the MPI Operator v2 controller (kubeflow.org
@@ -104,7 +108,7 @@ type MPIOptions struct {
 // its volumes, PodGroups, or the OpenMPI/Intel/MPICH environment variables
 // other than K_MPI_JOB_ROLE; it does not validate MPIJobs, delete surplus
 // workers, honour runPolicy.suspend or managedBy, emit events, or restart
-// failed workers. Misbehaviour: MPIOptions.WrongNode.
+// failed workers. Misbehaviour: MPIOptions.WrongNode, MPIOptions.Stalled.
 type MPIOperator struct {
 	e      *Env
 	opts   MPIOptions
@@ -153,6 +157,9 @@ func (o *MPIOperator) reconcileAll(ctx context.Context) {
 		return
 	}
 	for i := range list.Items {
+		if o.opts.Stalled[list.Items[i].GetName()] {
+			continue
+		}
 		if err := o.reconcile(ctx, &list.Items[i]); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
 			o.e.t.Logf("kubetest: mpi-operator: %s/%s: %v", list.Items[i].GetNamespace(), list.Items[i].GetName(), err)
 		}

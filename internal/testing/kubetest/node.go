@@ -2,9 +2,14 @@ package kubetest
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -42,8 +47,10 @@ type NodeOptions struct {
 // heartbeat time; an InternalIP 127.0.0.1 and Hostname address), and — unless
 // KeepNotReady — the node lifecycle controller's removal of the
 // node.kubernetes.io/not-ready:NoSchedule taint (see LiftNotReadyTaint). No
-// heartbeat follows: the node lifecycle controller is disabled in this
-// environment, so nothing marks the node NotReady later. No kubelet runs:
+// heartbeat follows unless Options.NodeLifecycle: the node lifecycle
+// controller is then running, and the node's Lease and Ready heartbeat are
+// renewed as a kubelet renews them (heartbeats); otherwise the controller
+// is disabled, so nothing marks the node NotReady later. No kubelet runs:
 // pods bound to the node stay Pending unless a test agent plays the kubelet.
 func (e *Env) CreateNode(ctx context.Context, o NodeOptions) *corev1.Node {
 	e.t.Helper()
@@ -116,10 +123,107 @@ func (e *Env) CreateNode(ctx context.Context, o NodeOptions) *corev1.Node {
 	if err != nil {
 		e.t.Fatalf("kubetest: status of node %s: %v", o.Name, err)
 	}
+	if e.beats != nil {
+		e.beats.add(o.Name)
+	}
 	if !o.KeepNotReady {
 		out = e.LiftNotReadyTaint(ctx, o.Name)
 	}
 	return out
+}
+
+// heartbeatInterval is how often a simulated kubelet reports: the
+// kubelet's default nodeLeaseRenewInterval is 10 s, its status report
+// every 10 s (nodeStatusUpdateFrequency); the lifecycle controller's grace
+// period is 50 s.
+const heartbeatInterval = 5 * time.Second
+
+// heartbeats plays, with Options.NodeLifecycle, the part of the kubelet
+// that the node lifecycle controller watches, and nothing else: for every
+// node made by CreateNode it renews the Lease kube-node-lease/<node>
+// (holderIdentity the node, leaseDurationSeconds 40) and refreshes the
+// Ready condition's lastHeartbeatTime, every heartbeatInterval until the
+// environment stops.
+type heartbeats struct {
+	e      *Env
+	mu     sync.Mutex
+	nodes  []string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startHeartbeats(e *Env) *heartbeats {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &heartbeats{e: e, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(heartbeatInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			h.mu.Lock()
+			nodes := slices.Clone(h.nodes)
+			h.mu.Unlock()
+			for _, n := range nodes {
+				if err := h.beat(ctx, n); err != nil && ctx.Err() == nil {
+					e.t.Logf("kubetest: heartbeat of node %s: %v", n, err)
+				}
+			}
+		}
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		<-h.done
+	})
+	return h
+}
+
+func (h *heartbeats) add(node string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.nodes = append(h.nodes, node)
+	// The first beat at once: the Lease exists before the controller looks.
+	if err := h.beat(context.Background(), node); err != nil {
+		h.e.t.Logf("kubetest: heartbeat of node %s: %v", node, err)
+	}
+}
+
+// beat renews node's Lease and its Ready condition's heartbeat.
+func (h *heartbeats) beat(ctx context.Context, node string) error {
+	now := metav1.NewMicroTime(time.Now())
+	leases := h.e.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	l, err := leases.Get(ctx, node, metav1.GetOptions{})
+	dur := int32(40)
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &dur, RenewTime: &now},
+		}, metav1.CreateOptions{})
+	case err == nil:
+		l.Spec.RenewTime = &now
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := h.e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+			}
+		}
+		_, err = h.e.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // LiftNotReadyTaint removes every node.kubernetes.io/not-ready taint of the

@@ -1,0 +1,86 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// holdIdentity re-reads every participant's node identity at the end of a
+// check and compares it with the node snapshot of the admission record
+// (issue 21, finding 7): UID, systemUUID, bootID, kernel, GPU product and
+// driver. A participant whose node changed (rebooted, driver or firmware
+// swapped, deleted and re-created) or cannot be read loses its result: its
+// termination carries ResultRefused with the difference, so the check is
+// Error for that node, and the certification, written only for a Pass, is
+// never written for an identity the evidence did not record. Families
+// without a Fleet (local) are not re-read.
+func (r *Reconciler) holdIdentity(ctx context.Context, rs *runState, cr *CheckRun, report *CheckReport) {
+	if report == nil {
+		return
+	}
+	fleet := r.fleetFor(&rs.adm.ProfileObject)
+	if fleet == nil {
+		return
+	}
+	for j := range report.Participants {
+		p := &report.Participants[j]
+		var why string
+		for _, part := range cr.Participants {
+			if part.Node == p.Node {
+				why = r.identityChange(ctx, fleet, rs, part)
+			}
+		}
+		if why == "" {
+			continue
+		}
+		why = "node identity changed during the check: " + why
+		r.log.Warn("node identity changed; result refused", "run", rs.id, "check", cr.Check.Name, "node", p.Node, "reason", why)
+		p.Result = nil
+		p.Termination.ResultRefused = why
+		if p.Termination.Reason == "" {
+			p.Termination.Reason = why
+		} else {
+			p.Termination.Reason = why + "; " + p.Termination.Reason
+		}
+	}
+}
+
+// identityChange says how part's node now differs from its admission
+// snapshot; "" when it does not.
+func (r *Reconciler) identityChange(ctx context.Context, fleet backend.Fleet, rs *runState, part evidence.Participant) string {
+	b, err := r.store.Read(ctx, part.Snapshot.Path)
+	if err != nil {
+		return fmt.Sprintf("admission snapshot %s not readable: %v", part.Snapshot.Path, err)
+	}
+	if got := specs.DigestOf(b); got != part.Snapshot.Digest {
+		return fmt.Sprintf("admission snapshot %s has digest %s, admitted %s", part.Snapshot.Path, got, part.Snapshot.Digest)
+	}
+	var was evidence.NodeSnapshot
+	if err := signing.StrictUnmarshal(b, &was); err != nil {
+		return fmt.Sprintf("admission snapshot %s: %v", part.Snapshot.Path, err)
+	}
+	now, err := fleet.Snapshot(ctx, r.cfg.Cluster, rs.id, part.Node)
+	if err != nil {
+		return "node not readable: " + err.Error()
+	}
+	var diffs []string
+	for _, f := range []struct{ name, was, now string }{
+		{"uid", was.UID, now.UID},
+		{"systemUUID", was.SystemUUID, now.SystemUUID},
+		{"bootID", was.BootID, now.BootID},
+		{"kernel", was.Kernel, now.Kernel},
+		{"gpuProduct", was.GPUProduct, now.GPUProduct},
+		{"gpuDriver", was.GPUDriver, now.GPUDriver},
+	} {
+		if f.was != f.now {
+			diffs = append(diffs, fmt.Sprintf("%s %q, admitted %q", f.name, f.now, f.was))
+		}
+	}
+	return strings.Join(diffs, ", ")
+}

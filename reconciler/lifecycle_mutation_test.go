@@ -129,12 +129,22 @@ func newHarness(t *testing.T, onFailure specs.OnFailure, checks ...string) *harn
 		ProfileObject: prof,
 		Bundle:        evidence.BundleRecord{Path: "bundle", Files: files},
 	}
+	// The node snapshots are on the branch, as admission leaves them: the
+	// lifecycle re-reads each node's identity against its snapshot when a
+	// check ends (issue 21, finding 7).
+	var snaps []evidence.File
 	for i, n := range []string{"n1", "n2"} {
+		b, err := json.Marshal(evidence.NodeSnapshot{Cluster: "c1", Run: "r1", Name: n, UID: "uid-" + n})
+		require.NoError(t, err)
+		path := "nodes/" + n + ".json"
+		snaps = append(snaps, evidence.File{Path: path, Data: b})
 		adm.Participants = append(adm.Participants, evidence.Participant{
 			Index: i, Node: n, UID: "uid-" + n,
-			Snapshot: evidence.FileRef{Path: "nodes/" + n + ".json", Digest: specs.DigestOf([]byte(n))},
+			Snapshot: evidence.FileRef{Path: path, Digest: specs.DigestOf(b)},
 		})
 	}
+	_, err = store.Append(t.Context(), "node snapshots", snaps)
+	require.NoError(t, err)
 	return &harness{store: store, key: key, adm: adm, dir: evidence.RunDir("c1", "r1", adm.AdmittedAt), src: fsSource{mapfs}}
 }
 
@@ -150,15 +160,16 @@ func (h *harness) reconciler(t *testing.T, be Backend) *Reconciler {
 }
 
 // harnessFleet is the Fleet of the harness's admission, already written:
-// it is never asked to select or snapshot, and reserves nothing.
+// it is never asked to select, reserves nothing, and snapshots a node as
+// the admission recorded it (no node changes under the harness).
 type harnessFleet struct{ backend.Unreserved }
 
 func (harnessFleet) Select(context.Context, *specs.CertificationProfile, *specs.CertificationRequest) ([]string, error) {
 	panic("harness: admission is already written")
 }
 
-func (harnessFleet) Snapshot(context.Context, string, string, string) (*evidence.NodeSnapshot, error) {
-	panic("harness: admission is already written")
+func (harnessFleet) Snapshot(_ context.Context, cluster, run, node string) (*evidence.NodeSnapshot, error) {
+	return &evidence.NodeSnapshot{Cluster: cluster, Run: run, Name: node, UID: "uid-" + node}, nil
 }
 
 var _ backend.Fleet = harnessFleet{}

@@ -23,12 +23,17 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// cgroupParent is the writable cgroup2 directory of this machine; the
-// tests require one (this CI machine has one: ../shared/RECIPES.md).
+// cgroupParent is a cgroup of this test's own under the writable cgroup2
+// directory of this machine (other test binaries create theirs beside
+// it); the tests require one (this CI machine has one:
+// ../shared/RECIPES.md).
 func cgroupParent(t *testing.T) string {
 	t.Helper()
-	dir, why := FindCgroupParent()
-	require.NotEmpty(t, dir, "no writable cgroup2 hierarchy: %s", why)
+	root, why := FindCgroupParent()
+	require.NotEmpty(t, root, "no writable cgroup2 hierarchy: %s", why)
+	dir, err := os.MkdirTemp(root, "signet-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Rmdir(dir) })
 	return dir
 }
 

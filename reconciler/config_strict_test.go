@@ -1,6 +1,7 @@
 package reconciler_test
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -57,4 +58,21 @@ spec:
 	_, err = signing.LoadTrustPolicy(policy)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), policy+`:7:3: spec.evidenceSigner: unknown field; did you mean "evidenceSigners"?`)
+}
+
+// TestSigningKeyNotAnEvidenceSigner: a reconciler whose key the trust
+// policy does not list as an evidence signer refuses to start and says
+// which keys the policy expects (issue 17), instead of writing evidence
+// the audit would refuse.
+func TestSigningKeyNotAnEvidenceSigner(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.SigningKey = e.keys.ApproverFile // an approver, not an evidence signer
+	sec, err := reconciler.LoadSecrets(cfg)
+	require.NoError(t, err)
+	_, _, err = reconciler.Build(t.Context(), cfg, sec, slog.New(slog.DiscardHandler), nil, reconciler.Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "signingKey: key "+e.keys.Approver.Public().KeyID()[:16]+" of "+cfg.SigningKey+" is not an evidence signer of the trust policy")
+	assert.Contains(t, err.Error(), "which expects "+e.keys.Reconciler.Public().KeyID()[:16])
+	assert.Contains(t, err.Error(), "add "+e.keys.Approver.Public().KeyID()+" to its spec.evidenceSigners")
 }

@@ -31,7 +31,7 @@ func (h *holds) reserve(run string, nodes []string) error {
 		if cur, ok := h.nodes[n]; ok && cur.run != run {
 			state := "running"
 			if cur.retained {
-				state = "retained after a non-passing verdict until an approved release"
+				state = "retained after a non-passing verdict until an approved release: signet sign --key KEY --object CertificationRequest/" + cur.run + " --action release"
 			}
 			return fmt.Errorf("node %q is held by run %q (%s)", n, cur.run, state)
 		}

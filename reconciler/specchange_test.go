@@ -180,6 +180,8 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	assert.Empty(t, res.Admitted)
 	reason, msg := readyReason(object(t, r, specs.KindRequest, "a-second"))
 	assert.Equal(t, "NodesBusy", reason, msg)
+	// The message says what to do next (issue 17).
+	assert.Contains(t, msg, `held by run "b-first" (retained after a non-passing verdict until an approved release: signet sign --key KEY --object CertificationRequest/b-first --action release)`)
 
 	e.repo.AddRequest("b-first", "failing", "release: true")
 	e.repo.Commit("release without approval")

@@ -119,6 +119,30 @@ func checkSecretModes(cfg *Config) error {
 	return errors.Join(errs...)
 }
 
+// checkEvidenceSigner refuses a signing key the trust policy does not list
+// as an evidence signer: everything it signed would be refused by the
+// audit. The error says which keys the policy expects.
+func checkEvidenceSigner(cfg *Config, key *signing.PrivateKey, policy *signing.TrustPolicy) error {
+	id := key.Public().KeyID()
+	var want []string
+	for _, k := range policy.EvidenceSigners() {
+		if k.KeyID() == id {
+			return nil
+		}
+		w := k.KeyID()[:16]
+		if owner := policy.Owner(k.KeyID()); owner != "" {
+			w += " (" + owner + ")"
+		}
+		want = append(want, w)
+	}
+	expects := "lists no evidence signer"
+	if len(want) > 0 {
+		expects = "expects " + strings.Join(want, " or ")
+	}
+	return fmt.Errorf("signingKey: key %s of %s is not an evidence signer of the trust policy %s, which %s: use that key, or add %s to its spec.evidenceSigners",
+		id[:16], cfg.SigningKey, cfg.TrustPolicy, expects, id)
+}
+
 // Build wires a Reconciler from its configuration: the signing key, the
 // spec source and evidence store under StateDir, and the registered
 // backend families the configuration enables (RegisterFamily). o may set
@@ -136,8 +160,12 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, fmt.Errorf("signingKey: %w", err)
 	}
-	if _, err := signing.LoadTrustPolicy(cfg.TrustPolicy); err != nil {
+	policy, err := signing.LoadTrustPolicy(cfg.TrustPolicy)
+	if err != nil {
 		return nil, nil, fmt.Errorf("trustPolicy: %w", err)
+	}
+	if err := checkEvidenceSigner(cfg, key, policy); err != nil {
+		return nil, nil, err
 	}
 	signer, err := key.SSHSigner()
 	if err != nil {

@@ -37,7 +37,7 @@ const MaxKeyFileSize = 64 << 10
 
 // ErrPassphraseRequired is returned when an encrypted private key is read
 // without a passphrase.
-var ErrPassphraseRequired = errors.New("private key is encrypted: a passphrase is required")
+var ErrPassphraseRequired = errors.New("private key is encrypted: a passphrase is required (give it with --passphrase-file or --passphrase-env; in a ReconcilerConfig, passphraseFile or passphraseEnv)")
 
 // PrivateKey is a signing key: a sigstore SignerVerifier plus its public half.
 type PrivateKey struct {

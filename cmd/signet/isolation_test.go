@@ -181,3 +181,23 @@ func TestFinding5GroupReadableKeyRefused(t *testing.T) {
 	code, stdout, stderr = signetRun(t, repo, keys, "modes", "modes", state)
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 }
+
+// TestRunTwiceSaysItAlreadyRan: a request runs once; running it again
+// says so, with the verdict and the evidence directory of its run, and
+// exits with that verdict's status.
+func TestRunTwiceSaysItAlreadyRan(t *testing.T) {
+	keys := testenv.NewKeys(t)
+	repo := testenv.NewRepo(t)
+	repo.AddProfile("once", "", testenv.Check{Name: "once", Script: "result Fail; exit 1"})
+	repo.AddRequest("once", "once")
+	repo.Commit("once")
+	repo.Approve(keys.ApproverFile, "", "CertificationProfile/once", "CertificationRequest/once")
+	state := filepath.Join(t.TempDir(), "state")
+	code, stdout, stderr := signetRun(t, repo, keys, "once", "once", state)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.NotContains(t, stderr, "already ran")
+
+	code, stdout, stderr = signetRun(t, repo, keys, "once", "once", state)
+	assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stderr, "request once already ran: run once ended Fail; evidence: runs/once/")
+}

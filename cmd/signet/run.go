@@ -150,6 +150,12 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := r.Recover(ctx); err != nil {
 		return exitCode(exitRunNotRun, err)
 	}
+	// A request runs once: say so when it already has, and print (and exit
+	// with) the verdict it had.
+	if done := finishedRun(r.Status(), o.Request); done != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "request %s already ran: run %s ended %s; evidence: %s (a request runs once: add a new request to run again)\n",
+			o.Request, done.ID, done.Verdict, done.Dir)
+	}
 	if _, err := r.ReconcileOnce(ctx); err != nil {
 		return exitCode(exitRunNotRun, err)
 	}
@@ -195,6 +201,17 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		printRunSummary(cmd.OutOrStdout(), rs)
 	}
 	return exitCode(runExitCode(rs.Verdict), nil)
+}
+
+// finishedRun returns request's run (its ID is the request's name) when
+// recovery found it with a verdict, or nil.
+func finishedRun(st reconciler.Status, request string) *reconciler.RunStatus {
+	for i := range st.Runs {
+		if st.Runs[i].ID == request && st.Runs[i].Verdict != "" {
+			return &st.Runs[i]
+		}
+	}
+	return nil
 }
 
 func runExitCode(v specs.Verdict) int {

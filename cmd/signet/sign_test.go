@@ -128,7 +128,7 @@ func TestSignRefuses(t *testing.T) {
 		{"expiry in the past", []string{"sign", repo, "--key", alice + ".key", "--expires", "2001-01-01T00:00:00Z"}, 2, "not in the future"},
 		{"bad cluster", []string{"sign", repo, "--key", alice + ".key", "--clusters", "East"}, 1, "not a DNS label"},
 		{"findings", []string{"sign", broken, "--key", alice + ".key"}, 1, "finding(s)"},
-		{"encrypted key without passphrase", []string{"sign", repo, "--key", enc + ".key"}, 1, "passphrase is required"},
+		{"encrypted key without passphrase", []string{"sign", repo, "--key", enc + ".key"}, 1, "passphrase is required (give it with --passphrase-file or --passphrase-env"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runSigningCLI(t, tc.args...)

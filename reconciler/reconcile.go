@@ -260,6 +260,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 				return false, err
 			}
 			r.holds.release(rs.id, nodes)
+			rs.markReleased(nodes)
 			r.nodesFreed()
 		}
 		return ok, err
@@ -282,9 +283,27 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 		return false, err
 	}
 	r.holds.release(rs.id, nodes)
+	rs.markReleased(nodes)
 	r.nodesFreed()
 	r.log.Info("release recorded", "run", rs.id, "nodes", nodes, "keys", d.Keys)
 	return true, nil
+}
+
+// markReleased records in the run's status that its retained nodes were
+// released by an approved release: status and `signet run` say released,
+// not retained, once the release document is durable.
+func (rs *runState) markReleased(nodes []string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, n := range nodes {
+		if i := slices.Index(rs.retained, n); i >= 0 {
+			rs.retained = slices.Delete(slices.Clone(rs.retained), i, i+1)
+			rs.released = append(slices.Clone(rs.released), n)
+		}
+	}
+	if len(rs.retained) == 0 {
+		rs.retained = nil
+	}
 }
 
 // liftRetained lifts, after a durable release document, the cluster

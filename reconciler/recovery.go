@@ -183,7 +183,9 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 		if err != nil {
 			return nil, err
 		}
-		if !released {
+		if released {
+			rs.markReleased(rc.Retained)
+		} else {
 			r.holds.retain(rs.id, rc.Retained)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/testenv"
+	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
 )
 
@@ -168,7 +169,7 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	// A restarted reconciler holds the retained node again, from the
 	// evidence branch alone.
 	stop()
-	r := e.build(e.config())
+	r, stopR := e.buildStoppable(e.config())
 	assert.Equal(t, "b-first", r.Status().Holds[e.host])
 
 	// Sorted before b-first, so it is looked at first in every pass.
@@ -208,6 +209,22 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	assert.Equal(t, []string{e.host}, act.Nodes)
 	st := e.wait(r, "a-second")
 	assert.Equal(t, specs.VerdictPass, st.Verdict)
+	// The status says what was recorded: released, no longer retained —
+	// live and, from the evidence branch alone, after a restart (issue 17).
+	released := func(r *reconciler.Reconciler) {
+		t.Helper()
+		for _, run := range r.Status().Runs {
+			if run.ID == "b-first" {
+				assert.Empty(t, run.Retained)
+				assert.Equal(t, []string{e.host}, run.Released)
+				return
+			}
+		}
+		t.Fatal("run b-first is not in the status")
+	}
+	released(r)
+	stopR()
+	released(e.build(e.config()))
 	e.audit()
 }
 

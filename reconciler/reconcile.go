@@ -179,7 +179,7 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 	rs.mu.Unlock()
 	cond := progressing("Running", "run "+rs.id+" is "+string(phase), rs.id)
 	if rs.finished() || hasReceipt {
-		cond = ready("Finished", fmt.Sprintf("run %s finished: %s", rs.id, verdict), rs.id)
+		cond = finished(rs.id, verdict)
 	}
 	if edited {
 		cond = stalled("EditRefused", fmt.Sprintf("the request's execution fields changed after admission (admitted %s, now %s); the edit is refused and the original run goes on — use a new request name", admitted, o.Digest))
@@ -207,7 +207,8 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 				cond = stalled("ReleaseNotApproved", "spec.release is set but the release action is not approved")
 				cond.run = rs.id
 			} else {
-				cond = ready("Released", "approved release recorded; nodes "+strings.Join(retained, ", ")+" released", rs.id)
+				cond = finished(rs.id, verdict)
+				cond.msg += "; approved release recorded: nodes " + strings.Join(retained, ", ") + " released"
 			}
 		}
 	}

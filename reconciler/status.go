@@ -99,17 +99,35 @@ func runStatus(rs *runState) RunStatus {
 	for _, s := range rs.summaries {
 		st.Checks = append(st.Checks, CheckStatus{Name: s.Check, Verdict: s.Verdict, Skipped: s.Skipped})
 	}
-	var c condition
-	switch {
-	case rs.phase == evidence.PhaseDone && rs.verdict == specs.VerdictPass:
-		c = ready(meta.SucceededReason, "run passed", rs.id)
-	case rs.phase == evidence.PhaseDone:
-		c = condition{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, meta.FailedReason, "run finished: " + string(rs.verdict), rs.id}
-	default:
-		c = progressing(meta.ProgressingReason, "run is "+string(rs.phase), rs.id)
-	}
-	st.Conditions = c.conditions(time.Now())
+	st.Conditions = RunConditions(rs.id, rs.phase, rs.verdict, time.Now())
 	return st
+}
+
+// RunConditions are the Ready/Reconciling/Stalled conditions of a run in
+// phase with verdict, the same for the daemon's /status and for `signet
+// status`, which reads the evidence branch: Reconciling until the run is
+// Done, then finished's.
+func RunConditions(run string, phase evidence.Phase, verdict specs.Verdict, now time.Time) []metav1.Condition {
+	c := progressing(meta.ProgressingReason, "run "+run+" is "+string(phase), run)
+	if phase == evidence.PhaseDone {
+		c = finished(run, verdict)
+	}
+	return c.conditions(now)
+}
+
+// finished is the condition of a run that reached verdict, and of its
+// request, as Flux users read conditions: only a Pass is Ready=True
+// (reason Succeeded); Fail, Error, Inconclusive and Canceled are
+// Ready=False and Stalled=True with reason Failed (a person must act: a
+// retained node waits for an approved release, and a request runs once),
+// the verdict in the message. TestConditionTable is the table.
+func finished(run string, verdict specs.Verdict) condition {
+	if verdict == specs.VerdictPass {
+		return ready(meta.SucceededReason, "run "+run+" finished: Pass", run)
+	}
+	c := stalled(meta.FailedReason, "run "+run+" finished: "+string(verdict))
+	c.run = run
+	return c
 }
 
 // publish replaces the object statuses after a pass.

@@ -15,7 +15,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
-	"signet.dev/signet/specs"
+	"signet.dev/signet/reconciler"
 )
 
 func init() { addCommand(newStatusCmd) }
@@ -100,10 +100,11 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 }
 
 // runConditions derives Ready/Reconciling/Stalled conditions (fluxcd
-// meta types and reasons) from what the branch holds for a run: Ready
-// once its receipt is written (reason Succeeded for Pass, Failed
-// otherwise), Reconciling before, Stalled when a document is unreadable
-// or the run is past its deadline without a receipt.
+// meta types and reasons) from what the branch holds for a run, as the
+// daemon's /status does (reconciler.RunConditions: Ready only for a Pass,
+// Stalled with reason Failed for another verdict, Reconciling before the
+// receipt), and Stalled when a document is unreadable or the run is past
+// its deadline without a receipt.
 func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 	t := metav1.NewTime(now)
 	cond := func(typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
@@ -115,10 +116,8 @@ func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 			cond(meta.ReadyCondition, metav1.ConditionFalse, meta.FailedReason, r.Problem),
 			cond(meta.StalledCondition, metav1.ConditionTrue, meta.FailedReason, r.Problem),
 		}
-	case r.Phase == evidence.PhaseDone && r.Verdict == specs.VerdictPass:
-		return []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.SucceededReason, fmt.Sprintf("run passed (receipt #%d)", r.ReceiptSequence))}
 	case r.Phase == evidence.PhaseDone:
-		return []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.FailedReason, fmt.Sprintf("run finished: %s (receipt #%d)", r.Verdict, r.ReceiptSequence))}
+		return reconciler.RunConditions(r.Run, r.Phase, r.Verdict, now)
 	case !r.Deadline.IsZero() && now.After(r.Deadline.Add(audit.DefaultGrace)):
 		msg := fmt.Sprintf("no receipt past the run deadline %s (phase %s)", r.Deadline.UTC().Format(time.RFC3339), r.Phase)
 		return []metav1.Condition{
@@ -126,11 +125,7 @@ func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 			cond(meta.StalledCondition, metav1.ConditionTrue, "DeadlineExceeded", msg),
 		}
 	}
-	msg := "run is " + string(r.Phase)
-	return []metav1.Condition{
-		cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ProgressingReason, msg),
-		cond(meta.ReconcilingCondition, metav1.ConditionTrue, meta.ProgressingReason, msg),
-	}
+	return reconciler.RunConditions(r.Run, r.Phase, r.Verdict, now)
 }
 
 func printStatus(w io.Writer, st *audit.BranchStatus) {

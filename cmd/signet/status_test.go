@@ -13,6 +13,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
 )
 
@@ -58,7 +59,7 @@ func TestStatusConditions(t *testing.T) {
 		reason string
 	}{
 		{"passed", audit.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictPass}, []string{meta.ReadyCondition}, meta.SucceededReason},
-		{"failed", audit.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictFail}, []string{meta.ReadyCondition}, meta.FailedReason},
+		{"failed", audit.RunStatus{Phase: evidence.PhaseDone, Verdict: specs.VerdictFail}, []string{meta.ReadyCondition, meta.StalledCondition}, meta.FailedReason},
 		{"running", audit.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(1)}, []string{meta.ReadyCondition, meta.ReconcilingCondition}, meta.ProgressingReason},
 		{"past deadline", audit.RunStatus{Phase: evidence.PhaseChecking, Deadline: now.Add(-audit.DefaultGrace - 1)}, []string{meta.ReadyCondition, meta.StalledCondition}, "DeadlineExceeded"},
 		{"unreadable", audit.RunStatus{Phase: evidence.PhaseUnknown, Problem: "admission.json: bad"}, []string{meta.ReadyCondition, meta.StalledCondition}, meta.FailedReason},
@@ -71,6 +72,11 @@ func TestStatusConditions(t *testing.T) {
 			}
 			assert.Equal(t, tc.types, types)
 			assert.Equal(t, tc.reason, cs[0].Reason)
+			if tc.run.Problem == "" && tc.name != "past deadline" {
+				// signet status and the daemon's /status agree.
+				want := reconciler.RunConditions(tc.run.Run, tc.run.Phase, tc.run.Verdict, now)
+				assert.Equal(t, want, cs)
+			}
 		})
 	}
 }

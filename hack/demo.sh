@@ -72,8 +72,8 @@ set +e
   --key reconciler.key --cluster demo --state-dir state
 rc=$?
 set -e
-echo "signet run exit status: $rc (0 Pass, 1 Fail, 3 Error, 4 Inconclusive)"
-case $rc in 0|1|3|4) ;; *) echo "demo: signet run did not reach a verdict" >&2; exit 1 ;; esac
+echo "signet run exit status: $rc (0 Pass, 10 Fail, 11 Error, 12 Inconclusive; signet help exit-codes)"
+case $rc in 0|10|11|12) ;; *) echo "demo: signet run did not reach a verdict" >&2; exit 1 ;; esac
 
 step "the evidence branch, as stock git sees it"
 git -C spec log --oneline signet/evidence | head -20

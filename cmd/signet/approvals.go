@@ -21,10 +21,6 @@ import (
 
 func init() { addCommand(newApprovalsCmd) }
 
-// exitNotApproved is the exit status of signet approvals (and signet diff)
-// when something needs approval.
-const exitNotApproved = 3
-
 // approvalsOptions are the flags of signet approvals.
 type approvalsOptions struct {
 	Path    string
@@ -83,7 +79,7 @@ asks for (cancel, release): approved or not, by which keys, and why not
 revoked key, threshold not met).
 
 Exit status: 0 everything approved, 3 something is not approved or an approval
-file or spec is broken, 1 error, 2 usage.`,
+file or spec is broken, 2 usage or I/O error (signet help exit-codes).`,
 		Example: `  signet approvals --trust trust.yaml --cluster east
   signet approvals examples/spec-repo --trust trust.yaml -o json`,
 		Args: cobra.MaximumNArgs(1),

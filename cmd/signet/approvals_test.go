@@ -129,7 +129,7 @@ func TestApprovalsUsage(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "required: --trust")
 	_, stderr, code = runSigningCLI(t, "approvals", copySpecRepo(t), "--trust", filepath.Join(t.TempDir(), "missing.yaml"))
-	assert.Equal(t, 1, code)
+	assert.Equal(t, exitUsage, code) // an unreadable trust policy: nothing was decided
 	assert.Contains(t, stderr, "could not read")
 }
 

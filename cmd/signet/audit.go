@@ -22,9 +22,9 @@ func init() { addCommand(newAuditCmd) }
 
 // Exit codes of signet audit and signet verify.
 const (
-	exitAuditClean    = 0
-	exitAuditFindings = 1
-	exitAuditUsage    = 2
+	exitAuditClean    = exitOK
+	exitAuditFindings = exitFindings
+	exitAuditUsage    = exitUsage
 )
 
 // branchOptions name an evidence branch to read.

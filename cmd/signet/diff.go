@@ -26,11 +26,11 @@ func init() { addCommand(newDiffCmd) }
 
 // Exit codes of signet diff.
 const (
-	exitDiffClean         = 0 // nothing changed that needs approval
-	exitDiffFindings      = 1 // HEAD's specs have findings
-	exitDiffError         = 2 // usage, unreadable repository or revision
-	exitDiffNeedsApproval = exitNotApproved
-	exitDiffUnsigned      = 4 // --require-signed-commit and HEAD's signature is not trusted
+	exitDiffClean         = exitOK          // nothing changed that needs approval
+	exitDiffFindings      = exitFindings    // HEAD's specs have findings
+	exitDiffError         = exitUsage       // usage, unreadable repository or revision
+	exitDiffNeedsApproval = exitNotApproved // a change needs approval
+	exitDiffUnsigned      = exitUnsigned    // --require-signed-commit and HEAD's signature is not trusted
 )
 
 // diffOptions are the flags of signet diff.

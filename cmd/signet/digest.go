@@ -56,7 +56,8 @@ in spec.bundle.digest. It is exactly what coreutils computes with
 escape (backslash, CR, LF) or take for an option (a leading "-") and an
 empty bundle are refused. --output json adds the per-file listing.
 
-Exit status: 0 printed, 1 the bundle is refused or unreadable, 2 usage.`,
+Exit status (signet help exit-codes): 0 printed, 1 the bundle is refused, 2 usage
+or I/O error.`,
 		Example: "  signet digest bundle examples/spec-repo/bundles/local-smoke",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -70,7 +71,7 @@ Exit status: 0 printed, 1 the bundle is refused or unreadable, 2 usage.`,
 			d, files, err := specs.BundleDigest(os.DirFS(dir), ".")
 			var be *specs.BundleError
 			if errors.As(err, &be) {
-				return fmt.Errorf("digest bundle: %s: %w", filepath.Join(dir, filepath.FromSlash(be.Path)), be.Err)
+				return exitCode(exitFindings, fmt.Errorf("digest bundle: %s: %w", filepath.Join(dir, filepath.FromSlash(be.Path)), be.Err))
 			}
 			if err != nil {
 				return fmt.Errorf("digest bundle %s: %w", dir, err)

@@ -104,7 +104,7 @@ func TestDigestBundleErrors(t *testing.T) {
 		{name: "symlink", args: []string{"digest", "bundle", withSymlink}, wantCode: 1, wantMsg: filepath.Join(withSymlink, "link") + ": is a symlink"},
 		{name: "backslash name", args: []string{"digest", "bundle", backslash}, wantCode: 1, wantMsg: "sha256sum"},
 		{name: "empty bundle", args: []string{"digest", "bundle", t.TempDir()}, wantCode: 1, wantMsg: "holds no regular file"},
-		{name: "missing directory", args: []string{"digest", "bundle", filepath.Join(t.TempDir(), "nope")}, wantCode: 1, wantMsg: "no such file"},
+		{name: "missing directory", args: []string{"digest", "bundle", filepath.Join(t.TempDir(), "nope")}, wantCode: 2, wantMsg: "no such file"},
 		{name: "no argument", args: []string{"digest", "bundle"}, wantCode: 2},
 		{name: "two arguments", args: []string{"digest", "bundle", "a", "b"}, wantCode: 2},
 		{name: "bad output format", args: []string{"digest", "bundle", "-o", "xml", withSymlink}, wantCode: 2, wantMsg: "--output"},

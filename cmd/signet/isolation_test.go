@@ -109,7 +109,7 @@ func TestFinding1ForgedResultEndToEnd(t *testing.T) {
 	assert.False(t, alive, "the watcher (pid %d) outlived the check and the run that started it", pid)
 
 	code, stdout, stderr = signetRun(t, repo, keys, "victim", "victim", state)
-	assert.Equal(t, 1, code, "the failing check was not recorded Fail:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Equal(t, exitRunFail, code, "the failing check was not recorded Fail:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "Fail")
 	assert.NoFileExists(t, filepath.Join(dir, "forged"), "the watcher forged the victim's result")
 }
@@ -194,10 +194,10 @@ func TestRunTwiceSaysItAlreadyRan(t *testing.T) {
 	repo.Approve(keys.ApproverFile, "", "CertificationProfile/once", "CertificationRequest/once")
 	state := filepath.Join(t.TempDir(), "state")
 	code, stdout, stderr := signetRun(t, repo, keys, "once", "once", state)
-	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Equal(t, exitRunFail, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.NotContains(t, stderr, "already ran")
 
 	code, stdout, stderr = signetRun(t, repo, keys, "once", "once", state)
-	assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Equal(t, exitRunFail, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stderr, "request once already ran: run once ended Fail; evidence: runs/once/")
 }

@@ -74,7 +74,7 @@ public key) that a trust policy names it by. Existing files are never
 overwritten. The passphrase is read from --passphrase-file or the variable
 named by --passphrase-env, never from a flag value.
 
-Exit status: 0 written, 1 error, 2 usage.`,
+Exit status (signet help exit-codes): 0 written, 2 usage or I/O error.`,
 		Example: `  signet keygen --out alice
   SIGNET_PASSPHRASE=… signet keygen --out reconciler --algorithm ed25519 --passphrase-env SIGNET_PASSPHRASE`,
 		Args: cobra.NoArgs,

@@ -71,7 +71,7 @@ func TestKeygen(t *testing.T) {
 
 			// Never overwrites.
 			_, stderr, code = runSigningCLI(t, "keygen", "--out", prefix)
-			assert.Equal(t, 1, code)
+			assert.Equal(t, exitUsage, code)
 			assert.Contains(t, stderr, "already exists")
 		})
 	}

@@ -78,7 +78,9 @@ func main() {
 }
 
 // reportError prints err to stderr and returns the process exit code:
-// 0 for nil, the code of an exitError, 2 for usage errors and 1 otherwise.
+// 0 for nil, the code of an exitError, and otherwise exitUsage (usage or
+// I/O error: nothing was decided; exitcodes.go). A command reports
+// findings with exitCode(exitFindings, …).
 func reportError(err error) int {
 	if err == nil {
 		return 0
@@ -91,9 +93,5 @@ func reportError(err error) int {
 		return ee.code
 	}
 	fmt.Fprintln(os.Stderr, "signet:", err)
-	var ue *usageError
-	if errors.As(err, &ue) || isCobraUsage(err) {
-		return 2
-	}
-	return 1
+	return exitUsage
 }

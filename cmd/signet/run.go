@@ -66,15 +66,9 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	o.out.AddFlags(fs)
 }
 
-// Exit codes of `signet run`, by run verdict.
-const (
-	exitRunPass         = 0
-	exitRunFail         = 1
-	exitRunNotRun       = 2
-	exitRunError        = 3
-	exitRunInconclusive = 4
-	exitRunCanceled     = 5
-)
+// exitRunNotRun is the status of a run that could not be started for a
+// reason of the command line or the machine (exitcodes.go has the table).
+const exitRunNotRun = exitUsage
 
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
@@ -85,8 +79,9 @@ func newRunCmd() *cobra.Command {
 verify its approvals against the trust policy, admit it, run its checks with the local
 backend, and commit signed evidence and the receipt to the evidence branch.
 
-Exit status: 0 Pass, 1 Fail, 2 not run (usage error, not approved, invalid), 3 Error,
-4 Inconclusive, 5 Canceled.`,
+Exit status (signet help exit-codes): 0 Pass, 10 Fail, 11 Error, 12 Inconclusive,
+13 Canceled; not run: 1 invalid, 2 usage or I/O error, 3 not approved, 5 the
+nodes are busy or not eligible now.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -171,7 +166,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	}
 	if obj.Run == "" {
 		c := obj.Conditions[0]
-		return exitCode(exitRunNotRun, fmt.Errorf("request %s was not run: %s: %s", o.Request, c.Reason, c.Message))
+		return exitCode(notRunExitCode(c.Reason), fmt.Errorf("request %s was not run: %s: %s", o.Request, c.Reason, c.Message))
 	}
 	timeout := o.Timeout
 	if timeout <= 0 {
@@ -214,10 +209,25 @@ func finishedRun(st reconciler.Status, request string) *reconciler.RunStatus {
 	return nil
 }
 
+// notRunExitCode is the status of a request the reconciler did not admit,
+// by its Ready reason: invalid (1), not approved (3), waiting for its
+// nodes (5), anything else not run (2).
+func notRunExitCode(reason string) int {
+	switch {
+	case reason == "Invalid" || reason == "ProfileNotFound" || reason == "ExceedsCeiling" || reason == "NoParticipants" || reason == "NameCollision":
+		return exitFindings
+	case strings.HasSuffix(reason, "NotApproved"):
+		return exitNotApproved
+	case reason == "NodesBusy" || reason == "NodesIneligible":
+		return exitWaiting
+	}
+	return exitRunNotRun
+}
+
 func runExitCode(v specs.Verdict) int {
 	switch v {
 	case specs.VerdictPass:
-		return exitRunPass
+		return exitOK
 	case specs.VerdictFail:
 		return exitRunFail
 	case specs.VerdictInconclusive:

@@ -35,10 +35,10 @@ func TestRunCommand(t *testing.T) {
 		stderr  string
 	}{
 		{"pass", "result Pass; exit 0", true, false, 0, specs.VerdictPass, "run pass: Pass", "[1/1] pass: running"},
-		{"fail", "result Fail; exit 1", true, false, 1, specs.VerdictFail, "retained until an approved release", "[1/1] fail: Fail"},
-		{"error", "exit 0", true, false, 3, specs.VerdictError, "run error: Error", ""},
-		{"inconclusive", "result Inconclusive; exit 2", true, true, 4, specs.VerdictInconclusive, "", ""},
-		{"unapproved", "result Pass; exit 0", false, false, 2, "", "", "was not run: NotApproved"},
+		{"fail", "result Fail; exit 1", true, false, exitRunFail, specs.VerdictFail, "retained until an approved release", "[1/1] fail: Fail"},
+		{"error", "exit 0", true, false, exitRunError, specs.VerdictError, "run error: Error", ""},
+		{"inconclusive", "result Inconclusive; exit 2", true, true, exitRunInconclusive, specs.VerdictInconclusive, "", ""},
+		{"unapproved", "result Pass; exit 0", false, false, exitNotApproved, "", "", "was not run: NotApproved"},
 	}
 	var objects []string
 	for _, row := range rows {

@@ -68,7 +68,8 @@ With --action cancel|release it approves that action on the requests named by
 is signed. The file name is derived from the statement and the key and an
 existing file is never overwritten.
 
-Exit status: 0 written, 1 error (findings, unknown object, unreadable key), 2 usage.`,
+Exit status (signet help exit-codes): 0 written, 1 the specs have findings, 2 usage
+or I/O error (unknown object, unreadable key, existing file).`,
 		Example: `  signet sign --key alice.key --object CertificationProfile/h100-burnin
   signet sign specs --key alice.key --object CertificationRequest/batch-7 --action release --clusters east
   signet sign --key alice.key --passphrase-env SIGNET_PASSPHRASE --expires 720h`,
@@ -122,7 +123,7 @@ func (o *signOptions) run(cmd *cobra.Command, repo string, now time.Time) error 
 		for _, f := range r.Findings {
 			fmt.Fprintln(cmd.ErrOrStderr(), f.String())
 		}
-		return fmt.Errorf("sign: %s has %d finding(s); fix them before approving", filepath.Join(repo, dir), len(r.Findings))
+		return exitCode(exitFindings, fmt.Errorf("sign: %s has %d finding(s); fix them before approving (signet validate lists them)", filepath.Join(repo, dir), len(r.Findings)))
 	}
 	subjects, err := o.subjects(r)
 	if err != nil {

@@ -120,15 +120,15 @@ func TestSignRefuses(t *testing.T) {
 		want string
 	}{
 		{"no key", []string{"sign", repo}, 2, "required: --key"},
-		{"unknown object", []string{"sign", repo, "--key", alice + ".key", "--object", "CertificationProfile/nope"}, 1, `no CertificationProfile named "nope"`},
+		{"unknown object", []string{"sign", repo, "--key", alice + ".key", "--object", "CertificationProfile/nope"}, 2, `no CertificationProfile named "nope"`},
 		{"bad kind", []string{"sign", repo, "--key", alice + ".key", "--object", "Pod/x"}, 2, "kind \"Pod\""},
 		{"action on a profile", []string{"sign", repo, "--key", alice + ".key", "--object", "CertificationProfile/local-smoke", "--action", "cancel"}, 2, "applies only to CertificationRequest"},
 		{"action without object", []string{"sign", repo, "--key", alice + ".key", "--action", "cancel"}, 2, "--action needs --object"},
 		{"bad action", []string{"sign", repo, "--key", alice + ".key", "--object", "request/local-smoke-localhost", "--action", "stop"}, 2, `--action: "stop"`},
 		{"expiry in the past", []string{"sign", repo, "--key", alice + ".key", "--expires", "2001-01-01T00:00:00Z"}, 2, "not in the future"},
-		{"bad cluster", []string{"sign", repo, "--key", alice + ".key", "--clusters", "East"}, 1, "not a DNS label"},
+		{"bad cluster", []string{"sign", repo, "--key", alice + ".key", "--clusters", "East"}, 2, "not a DNS label"},
 		{"findings", []string{"sign", broken, "--key", alice + ".key"}, 1, "finding(s)"},
-		{"encrypted key without passphrase", []string{"sign", repo, "--key", enc + ".key"}, 1, "passphrase is required (give it with --passphrase-file or --passphrase-env"},
+		{"encrypted key without passphrase", []string{"sign", repo, "--key", enc + ".key"}, 2, "passphrase is required (give it with --passphrase-file or --passphrase-env"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runSigningCLI(t, tc.args...)

@@ -174,3 +174,21 @@ func TestVersionFlag(t *testing.T) {
 	assert.Equal(t, cmd, flag)
 	assert.True(t, strings.HasPrefix(flag, "signet "), flag)
 }
+
+// TestHelpExitCodes: `signet help exit-codes` prints the one table, and
+// no two exit constants share a code (issue 17: no code means two things).
+func TestHelpExitCodes(t *testing.T) {
+	out, _, code := runSpecsCLI(t, "help", "exit-codes")
+	require.Equal(t, 0, code)
+	for _, want := range []string{"  1   findings", "  2   usage or I/O error", "  3   not approved", "  10  signet run: verdict Fail", "  13  signet run: verdict Canceled"} {
+		assert.Contains(t, out, want)
+	}
+	codes := map[int]string{}
+	for name, c := range map[string]int{
+		"ok": exitOK, "findings": exitFindings, "usage": exitUsage, "not approved": exitNotApproved, "unsigned": exitUnsigned,
+		"waiting": exitWaiting, "fail": exitRunFail, "error": exitRunError, "inconclusive": exitRunInconclusive, "canceled": exitRunCanceled,
+	} {
+		assert.NotContains(t, codes, c, "%s and %s share exit code %d", name, codes[c], c)
+		codes[c] = name
+	}
+}

@@ -205,6 +205,10 @@ func StartWith(t testing.TB, opts Options) *Env {
 			"--authorization-mode", "RBAC",
 			"--service-cluster-ip-range", "10.0.0.0/24",
 			"--disable-admission-plugins", "ServiceAccount",
+			// As real clusters run: privileged pods allowed by the API
+			// server, so that what refuses them is Pod Security admission
+			// (on by default) and signet's own policies, never this flag.
+			"--allow-privileged=true",
 			"--profiling=false",
 		)
 		return p, waitFor(p, 120*time.Second, func() error {

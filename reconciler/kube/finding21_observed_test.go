@@ -122,13 +122,17 @@ func TestFinding21_5ChangedWhileObserved(t *testing.T) {
 	assert.Contains(t, p.Termination.Reason, attackerImage)
 }
 
-// TestFinding21_5MPIPodsMatchTemplates: a mutating webhook appends an init
-// container to the MPI launcher pod (made by the real Job controller from
-// the stand-in operator's Job); the check must not pass. Before the fix the
-// launcher and workers were bound by owner chain only.
+// TestFinding21_5MPIPodsMatchTemplates: a mutating webhook appends an
+// environment variable (LD_PRELOAD, as a library that replaces what the
+// check's processes do would need) to the check container of the MPI
+// launcher pod, made by the real Job controller from the stand-in
+// operator's Job; the check must not pass. Before the fix the launcher and
+// workers were bound by owner chain only.
 func TestFinding21_5MPIPodsMatchTemplates(t *testing.T) {
 	env, b, parts := mpiFindingEnv(t, "tpl", nil, nil)
-	injectInitContainer(t, env, "signet", map[string]string{MPIJobRoleLabel: MPIRoleLauncher})
+	injectPatch(t, env, "signet", map[string]string{MPIJobRoleLabel: MPIRoleLauncher}, "/spec/containers/0/env/-",
+		map[string]any{"name": "LD_PRELOAD", "value": "/nonexistent.so"},
+		func(p *corev1.Pod) bool { return len(p.Spec.Containers[0].Env) == 2 })
 	c := mpiCheckRun("tpl", mpiPassScript("Pass", 0), time.Minute, parts...)
 	rep, err := b.Run(t.Context(), c)
 	require.NoError(t, err)

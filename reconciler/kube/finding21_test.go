@@ -308,11 +308,19 @@ func TestFinding21_8SignetPathsListed(t *testing.T) {
 // dry-run create in namespace ns shows it in effect.
 func injectInitContainer(t *testing.T, env *kubetest.Env, ns string, sel map[string]string) {
 	t.Helper()
+	injectPatch(t, env, ns, sel, "/spec/initContainers/-",
+		map[string]any{"name": "injected", "image": testWorkloadImage, "command": []string{"/bin/true"}},
+		func(p *corev1.Pod) bool { return len(p.Spec.InitContainers) == 2 })
+}
+
+// injectPatch registers a mutating webhook (served on loopback, called by
+// the real kube-apiserver) that adds value at path (a JSON patch "add") to
+// every pod created with the labels sel, and returns once a dry-run create
+// in namespace ns shows it applied.
+func injectPatch(t *testing.T, env *kubetest.Env, ns string, sel map[string]string, path string, value any, applied func(*corev1.Pod) bool) {
+	t.Helper()
 	ctx := t.Context()
-	patch, err := json.Marshal([]map[string]any{{
-		"op": "add", "path": "/spec/initContainers/-",
-		"value": map[string]any{"name": "injected", "image": testWorkloadImage, "command": []string{"/bin/true"}},
-	}})
+	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": path, "value": value}})
 	require.NoError(t, err)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
@@ -346,10 +354,10 @@ func injectInitContainer(t *testing.T, env *kubetest.Env, ns string, sel map[str
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: sel},
 			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: testWorkloadImage}},
-				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage}}}}
+				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage, Env: []corev1.EnvVar{{Name: "E", Value: "e"}}}}}}
 		got, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(ct, err)
-		assert.Len(ct, got.Spec.InitContainers, 2)
+		assert.True(ct, applied(got), "the webhook's patch is not applied yet")
 	}, 30*time.Second, 200*time.Millisecond)
 }
 

@@ -321,4 +321,39 @@ func TestFinding21_3CeilingEnforcedByAPIServer(t *testing.T) {
 			}
 		})
 	})
+
+	// The parameters changed by the admin (as an overlay would): registry
+	// entries match whole components of an image that names its registry,
+	// as the reconciler's ceiling does (finding 11).
+	params := env.Client.CoreV1().ConfigMaps("signet-system")
+	t.Run("registry entries name registries explicitly", func(t *testing.T) {
+		cm, err := params.Get(ctx, "signet-ceiling", metav1.GetOptions{})
+		require.NoError(t, err)
+		cm.Data["registries"] = "registry.example.invalid/gpu-certification\nregistry.example.invalid\nnvidia\n"
+		_, err = params.Update(ctx, cm, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		withImage := func(image string) *corev1.Pod {
+			p := base.DeepCopy()
+			check(p).Image = image
+			return p
+		}
+		digest := "@sha256:" + strings.Repeat("5", 64)
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := sa.CoreV1().Pods(shippedChecksNS).Create(ctx, withImage("registry.example.invalid/other"+digest), dryRun)
+			assert.NoError(ct, err, "the new entry is not in effect yet")
+		}, 30*time.Second, 200*time.Millisecond)
+		for _, image := range []string{"registry.example.invalid" + digest, "nvidia/cuda" + digest, "registry.example.invalid.evil/x" + digest} {
+			_, err := sa.CoreV1().Pods(shippedChecksNS).Create(ctx, withImage(image), dryRun)
+			require.Error(t, err, "%s: admitted beyond the ceiling", image)
+			assert.ErrorContains(t, err, "images of the ceiling's registries")
+		}
+	})
+
+	t.Run("without its parameters every create is refused", func(t *testing.T) {
+		require.NoError(t, params.Delete(ctx, "signet-ceiling", metav1.DeleteOptions{}))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := sa.CoreV1().Pods(shippedChecksNS).Create(ctx, base.DeepCopy(), dryRun)
+			assert.ErrorContains(ct, err, checksPolicyDenied, "admitted beyond the ceiling without parameters")
+		}, 30*time.Second, 200*time.Millisecond)
+	})
 }

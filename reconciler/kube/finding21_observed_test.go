@@ -97,13 +97,14 @@ func TestFinding21_5ImageIDs(t *testing.T) {
 func TestFinding21_5ChangedWhileObserved(t *testing.T) {
 	e := startE2E(t, nil)
 	ctx := t.Context()
-	script := "#!/bin/sh\nsleep 4\n" + strings.TrimPrefix(resultScript, "#!/bin/sh\n")
+	script := "#!/bin/sh\nsleep 6\n" + strings.TrimPrefix(resultScript, "#!/bin/sh\n")
 	c := e.checkRun("changed", script, 2*time.Minute)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		name := podName("changed", 1, 1)
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		// assert, not require: this is not the test's goroutine.
+		assert.EventuallyWithT(t, func(ct *assert.CollectT) {
 			p, err := e.env.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 			require.NoError(ct, err)
 			require.Equal(ct, corev1.PodRunning, p.Status.Phase)

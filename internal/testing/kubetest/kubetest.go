@@ -18,6 +18,11 @@
 // taint never appears on a cordoned node; the scheduler still refuses a
 // cordoned node (its NodeUnschedulable plugin reads spec.unschedulable).
 //
+// The API server runs with --allow-privileged=true and its default
+// admission plugins (Pod Security among them), as real clusters do, so that
+// what refuses a pod in a test is a namespace's Pod Security level or a
+// policy under test, never the harness.
+//
 // The TTL controller (`-ttl-controller`) is disabled too: it only annotates
 // Nodes with node.alpha.kubernetes.io/ttl, a cache hint for kubelets, at a
 // moment of its own choosing, which would make every test that compares a

@@ -212,6 +212,13 @@ func TestFinding21_5OperatorAdditions(t *testing.T) {
 		{"worker: another command", MPIRoleWorker, func(s *corev1.PodSpec) {
 			s.Containers[0].Command = []string{"/bin/sh", "-c", "echo forged"}
 		}, "command"},
+		{"launcher: a postStart hook beside the check", MPIRoleLauncher, func(s *corev1.PodSpec) {
+			s.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
+				Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "echo forged > /dev/termination-log"}}}}
+		}, "lifecycle hooks or probes"},
+		{"worker: an exec liveness probe", MPIRoleWorker, func(s *corev1.PodSpec) {
+			s.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/true"}}}}
+		}, "lifecycle hooks or probes"},
 		{"launcher: an extra init container", MPIRoleLauncher, func(s *corev1.PodSpec) {
 			s.InitContainers = append(s.InitContainers, corev1.Container{Name: "injected", Image: attackerImage})
 		}, "init containers"},

@@ -49,6 +49,10 @@ const (
 	checksNS       = "signet-checks"
 	serviceAccount = "signet-reconciler"
 	policyName     = "signet-reconciler-node-writes"
+	// checksPolicyName is the policy on the reconciler's pods and MPIJobs
+	// (checks-policy.yaml); ceilingParams its parameters ConfigMap.
+	checksPolicyName = "signet-reconciler-checks"
+	ceilingParams    = "signet-ceiling"
 	// policyDenied is how the API server starts a denial by the policy.
 	policyDenied = "ValidatingAdmissionPolicy '" + policyName + "'"
 )
@@ -173,22 +177,24 @@ func TestDeployBase(t *testing.T) {
 		require.NoError(t, err, "the reconciler's pod is refused by the namespace's pod security level")
 	})
 
-	t.Run("policy type-checks", func(t *testing.T) {
-		var warnings []any
-		require.Eventually(t, func() bool {
-			u, err := env.Dynamic().Resource(vapGVR).Get(ctx, policyName, metav1.GetOptions{})
-			if err != nil {
-				return false
-			}
-			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-			if observed != u.GetGeneration() {
-				return false
-			}
-			warnings, _, _ = unstructured.NestedSlice(u.Object, "status", "typeChecking", "expressionWarnings")
-			return true
-		}, 30*time.Second, 100*time.Millisecond)
-		assert.Empty(t, warnings, "type-checking warnings")
-	})
+	for _, name := range []string{policyName, checksPolicyName} {
+		t.Run("policy type-checks: "+name, func(t *testing.T) {
+			var warnings []any
+			require.Eventually(t, func() bool {
+				u, err := env.Dynamic().Resource(vapGVR).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false
+				}
+				observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+				if observed != u.GetGeneration() {
+					return false
+				}
+				warnings, _, _ = unstructured.NestedSlice(u.Object, "status", "typeChecking", "expressionWarnings")
+				return true
+			}, 30*time.Second, 100*time.Millisecond)
+			assert.Empty(t, warnings, "type-checking warnings")
+		})
+	}
 
 	// A GPU node with an operator's own label and taint.
 	const nodeName = "gpu-0"
@@ -458,15 +464,29 @@ func rbac(t *testing.T, rc kubernetes.Interface, nodeName string) {
 			Data:       map[string]string{"check.sh": "exit 0\n"},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		_, err = rc.CoreV1().Pods(checksNS).Create(ctx, &corev1.Pod{
+		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "run-1-check-0"},
 			Spec: corev1.PodSpec{
 				AutomountServiceAccountToken: ptr(false),
 				RestartPolicy:                corev1.RestartPolicyNever,
-				Containers:                   []corev1.Container{{Name: "check", Image: "registry.example.invalid/gpu-certification/check@sha256:" + strings.Repeat("0", 64)}},
+				Containers: []corev1.Container{{
+					Name: "check", Image: "registry.example.invalid/gpu-certification/check@sha256:" + strings.Repeat("0", 64),
+					SecurityContext: &corev1.SecurityContext{
+						AllowPrivilegeEscalation: ptr(false),
+						Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					},
+				}},
 			},
-		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		}
+		_, err = rc.CoreV1().Pods(checksNS).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err)
+		// The checks policy binds the real ServiceAccount (issue 21,
+		// finding 3): the same pod on a node of its choosing, with the
+		// node's PID namespace, is refused.
+		pod.Spec.NodeName, pod.Spec.HostPID = nodeName, true
+		_, err = rc.CoreV1().Pods(checksNS).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "ValidatingAdmissionPolicy '"+checksPolicyName+"'")
 		require.NoError(t, rc.CoreV1().ConfigMaps(checksNS).Delete(ctx, "run-1-script", metav1.DeleteOptions{}))
 	})
 	t.Run("the leader-election Lease", func(t *testing.T) {
@@ -690,4 +710,52 @@ func TestFinding7ShippedDaemonExposure(t *testing.T) {
 			}), "%s: %s is on no volume", field, f)
 		}
 	})
+}
+
+// TestFinding21_3ShippedCeilingAgrees: the checks policy's parameters
+// (checks-policy.yaml, ConfigMap signet-ceiling) are the ceiling and signet
+// image of the shipped config.yaml, so the API server enforces the bound
+// the reconciler checks; and the checks namespace enforces the strictest
+// Pod Security level that ceiling allows (baseline forbids every hostPath,
+// host network, privileged and capabilities beyond its list).
+func TestFinding21_3ShippedCeilingAgrees(t *testing.T) {
+	objs := render(t)
+	cm := find(t, objs, "ConfigMap", systemNS, "signet-config")
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(data), 0o600))
+	cfg, err := reconciler.LoadConfig(file)
+	require.NoError(t, err)
+	var params corev1.ConfigMap
+	decode(t, find(t, objs, "ConfigMap", systemNS, ceilingParams), &params)
+	lines := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	ceil := cfg.Ceiling
+	const differs = "%s: the policy's parameter differs from config.yaml"
+	assert.Equal(t, cfg.Kubernetes.SignetImage, params.Data["signetImage"], differs, "signetImage")
+	assert.Equal(t, ceil.Registries, lines(params.Data["registries"]), differs, "registries")
+	assert.Equal(t, ceil.HostPaths, lines(params.Data["hostPaths"]), differs, "hostPaths")
+	assert.Equal(t, ceil.Capabilities, lines(params.Data["capabilities"]), differs, "capabilities")
+	assert.Equal(t, strconv.FormatBool(ceil.AllowPrivileged), params.Data["allowPrivileged"], differs, "allowPrivileged")
+	assert.Equal(t, strconv.FormatBool(ceil.HostNetwork), params.Data["hostNetwork"], differs, "hostNetwork")
+	assert.Len(t, params.Data, 6, "a parameter the policy does not read, or one config.yaml does not have")
+
+	var ns corev1.Namespace
+	decode(t, find(t, objs, "Namespace", "", ceil.Namespace), &ns)
+	// Pod Security baseline's capability list (the Kubernetes docs,
+	// "Pod Security Standards").
+	baselineCaps := []string{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+	want := "baseline"
+	if len(ceil.HostPaths) > 0 || ceil.HostNetwork || ceil.AllowPrivileged ||
+		slices.ContainsFunc(ceil.Capabilities, func(c string) bool { return !slices.Contains(baselineCaps, c) }) {
+		want = "privileged"
+	}
+	assert.Equal(t, want, ns.Labels["pod-security.kubernetes.io/enforce"], "the checks namespace's Pod Security level for this ceiling")
 }

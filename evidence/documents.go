@@ -108,6 +108,22 @@ type Identity struct {
 	Workload string `json:"workload"`
 	Node     string `json:"node"`
 	NodeUID  string `json:"nodeUID"`
+	// Images are the containers that ran for this participant and the
+	// image IDs their container runtime reported (Kubernetes backends,
+	// issue 21 finding 5); absent where a backend runs no images.
+	Images []ContainerImage `json:"images,omitempty"`
+}
+
+// ContainerImage is one container that ran: its pod, its name, whether it
+// is an init container, the image it was given (digest-pinned) and the
+// image ID the container runtime reported for it (status.containerStatuses
+// [].imageID), which the backend checked against the pinned digest.
+type ContainerImage struct {
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	Init      bool   `json:"init,omitempty"`
+	Image     string `json:"image"`
+	ImageID   string `json:"imageID"`
 }
 
 // CheckEvidence is the predicate of checks/NN-name.json.

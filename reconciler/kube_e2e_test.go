@@ -211,6 +211,7 @@ func TestKubernetes(t *testing.T) {
 			assert.Equal(t, before[nodes[i]].UID, p.Identity.NodeUID)
 			assert.NotEmpty(t, p.Identity.Workload, "the pod's API-assigned UID")
 			assert.Equal(t, specs.VerdictPass, p.Verdict)
+			assertImagesInEvidence(t, p.Identity, "signet-install", "check")
 		}
 		assert.ElementsMatch(t, nodes, docs.receipt.Released)
 		pods, err := w.kube.Client.CoreV1().Pods(checksNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: kube.RunLabel + "=burn-1"})
@@ -280,6 +281,7 @@ func TestKubernetes(t *testing.T) {
 		ok := e.readRun("mpi-ok").checks["nccl"]
 		for _, p := range ok.Participants {
 			assert.NotEmpty(t, p.Identity.Workload, "each participant is covered by a worker pod")
+			assertImagesInEvidence(t, p.Identity, "worker", "signet-install", "check")
 		}
 		e.audit()
 	})
@@ -573,4 +575,18 @@ func participantReasons(ce evidence.CheckEvidence) string {
 		b.WriteString(p.Reason + "\n")
 	}
 	return b.String()
+}
+
+// assertImagesInEvidence: the signed check evidence records the containers
+// that ran, in order, each with the image ID the runtime reported, whose
+// digest is the one the image pins (issue 21, finding 5).
+func assertImagesInEvidence(t *testing.T, id evidence.Identity, containers ...string) {
+	t.Helper()
+	var got []string
+	for _, im := range id.Images {
+		got = append(got, im.Container)
+		_, pinned, _ := strings.Cut(im.Image, "@")
+		assert.True(t, strings.HasSuffix(im.ImageID, "@"+pinned), "%+v", im)
+	}
+	assert.Equal(t, containers, got, "the containers recorded in the evidence")
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -49,9 +50,11 @@ func controlledBy(o metav1.Object, kind string, uid types.UID) string {
 
 // podSpecDiff lists how the containers and volumes of an observed pod
 // differ from the rendered spec: container and init container names, images,
-// commands, args, env, volume mounts and security contexts, and the volumes'
-// names and sources (kind, ConfigMap name, host path). Fields the API server
-// defaults are not compared. Empty when they are the same.
+// commands, args, env, volume mounts, security contexts, working
+// directories, lifecycle hooks and probes, and the volumes' names and
+// sources (kind, ConfigMap name, host path). Fields the API server defaults
+// are not compared (signet renders no hook or probe, which the API server
+// would default). Empty when they are the same.
 func podSpecDiff(want, got *corev1.PodSpec) []string {
 	var diff []string
 	diff = append(diff, containersDiff("init container", want.InitContainers, got.InitContainers)...)
@@ -101,6 +104,12 @@ func containersDiff(what string, want, got []corev1.Container) []string {
 			diff = append(diff, fmt.Sprintf("%s %s: volume mounts differ from the rendered ones", what, w.Name))
 		case !securityEqual(w.SecurityContext, g.SecurityContext):
 			diff = append(diff, fmt.Sprintf("%s %s: security context differs from the rendered one", what, w.Name))
+		case w.WorkingDir != g.WorkingDir || !equality.Semantic.DeepEqual(w.Lifecycle, g.Lifecycle) ||
+			!equality.Semantic.DeepEqual(w.LivenessProbe, g.LivenessProbe) || !equality.Semantic.DeepEqual(w.ReadinessProbe, g.ReadinessProbe) ||
+			!equality.Semantic.DeepEqual(w.StartupProbe, g.StartupProbe):
+			// Hooks and exec probes run commands in the container beside
+			// the check; signet renders none of them.
+			diff = append(diff, fmt.Sprintf("%s %s: working directory, lifecycle hooks or probes differ from the rendered ones", what, w.Name))
 		}
 	}
 	return diff

@@ -67,7 +67,7 @@ func assertNoPass(t *testing.T, c *backend.CheckRun, rep *backend.CheckReport) {
 // mpiFindingEnv is a control plane with the MPIJob CRD, the operator
 // stand-in and an agent that runs the signet, workload and attacker images;
 // gpu-1 and gpu-2 are reserved for run.
-func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool) (*kubetest.Env, *MPIJobBackend, []evidence.Participant) {
+func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool, misbehave map[string]kubetest.Misbehaviour) (*kubetest.Env, *MPIJobBackend, []evidence.Participant) {
 	t.Helper()
 	ctx := t.Context()
 	imgDir := signetImageDir(t)
@@ -76,7 +76,7 @@ func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool) (*kubetest
 	env.StartMPIOperator(t, kubetest.MPIOptions{Resync: 100 * time.Millisecond, Stalled: stalled})
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
 		mpiTestSignetImage: imgDir, mpiTestWorkloadImage: t.TempDir(), attackerImage: "/",
-	}})
+	}, Misbehave: kubetest.MisbehaveByName(misbehave)})
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "signet"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var parts []evidence.Participant
@@ -110,7 +110,7 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	ctx := t.Context()
 	env, b, parts := mpiFindingEnv(t, "forged", map[string]bool{
 		MPIJobName("forged-b", 1): true, MPIJobName("forged-c", 1): true,
-	})
+	}, nil)
 	pods := env.Client.CoreV1().Pods("signet")
 	worker := func(name string, i int, owner []metav1.OwnerReference) *corev1.Pod {
 		return &corev1.Pod{
@@ -251,7 +251,7 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 
 	t.Run("mpijob backend: a job made before the intent", func(t *testing.T) {
 		ctx := t.Context()
-		env, b, parts := mpiFindingEnv(t, "early", nil)
+		env, b, parts := mpiFindingEnv(t, "early", nil, nil)
 		c := mpiCheckRun("early", mpiPassScript("Fail", 1), 2*time.Minute, parts...)
 		_, job, err := b.render(c)
 		require.NoError(t, err)
@@ -302,21 +302,25 @@ func TestFinding21_8SignetPathsListed(t *testing.T) {
 	}
 }
 
-// TestFinding21_5MutatedAtAdmission: a mutating webhook (served here on
-// loopback, called by the real kube-apiserver) appends an init container
-// to every check pod, as one that overwrites /signet-bin/signet after the
-// install step would (here it runs /bin/true: what it does cannot be known
-// from the outside). Whatever the pod then reports is not the rendered
-// pod's result: the participants must not pass, even with a script that
-// passes. Before the fix the admitted pod was never compared with the
-// rendered one and the result was taken.
-func TestFinding21_5MutatedAtAdmission(t *testing.T) {
-	e := startE2E(t, nil)
+// injectInitContainer registers a mutating webhook (served on loopback,
+// called by the real kube-apiserver) that appends an init container running
+// /bin/true to every pod created with the labels sel, and returns once a
+// dry-run create in namespace ns shows it in effect.
+func injectInitContainer(t *testing.T, env *kubetest.Env, ns string, sel map[string]string) {
+	t.Helper()
+	injectPatch(t, env, ns, sel, "/spec/initContainers/-",
+		map[string]any{"name": "injected", "image": testWorkloadImage, "command": []string{"/bin/true"}},
+		func(p *corev1.Pod) bool { return len(p.Spec.InitContainers) == 2 })
+}
+
+// injectPatch registers a mutating webhook (served on loopback, called by
+// the real kube-apiserver) that adds value at path (a JSON patch "add") to
+// every pod created with the labels sel, and returns once a dry-run create
+// in namespace ns shows it applied.
+func injectPatch(t *testing.T, env *kubetest.Env, ns string, sel map[string]string, path string, value any, applied func(*corev1.Pod) bool) {
+	t.Helper()
 	ctx := t.Context()
-	patch, err := json.Marshal([]map[string]any{{
-		"op": "add", "path": "/spec/initContainers/-",
-		"value": map[string]any{"name": "injected", "image": testWorkloadImage, "command": []string{"/bin/true"}},
-	}})
+	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": path, "value": value}})
 	require.NoError(t, err)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
@@ -333,13 +337,13 @@ func TestFinding21_5MutatedAtAdmission(t *testing.T) {
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	url := srv.URL + "/mutate"
 	fail, none := admissionregv1.Fail, admissionregv1.SideEffectClassNone
-	_, err = e.env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
+	_, err = env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "inject"},
 		Webhooks: []admissionregv1.MutatingWebhook{{
 			Name: "inject.example.com", ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
 			Rules: []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create},
 				Rule: admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/managed-by": "signet"}},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: sel},
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
@@ -348,13 +352,27 @@ func TestFinding21_5MutatedAtAdmission(t *testing.T) {
 	require.NoError(t, err)
 	// The webhook takes effect once the API server has loaded it.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{"app.kubernetes.io/managed-by": "signet"}},
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: sel},
 			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: testWorkloadImage}},
-				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage}}}}
-		got, err := e.env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage, Env: []corev1.EnvVar{{Name: "E", Value: "e"}}}}}}
+		got, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(ct, err)
-		assert.Len(ct, got.Spec.InitContainers, 2)
+		assert.True(ct, applied(got), "the webhook's patch is not applied yet")
 	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// TestFinding21_5MutatedAtAdmission: a mutating webhook (served here on
+// loopback, called by the real kube-apiserver) appends an init container
+// to every check pod, as one that overwrites /signet-bin/signet after the
+// install step would (here it runs /bin/true: what it does cannot be known
+// from the outside). Whatever the pod then reports is not the rendered
+// pod's result: the participants must not pass, even with a script that
+// passes. Before the fix the admitted pod was never compared with the
+// rendered one and the result was taken.
+func TestFinding21_5MutatedAtAdmission(t *testing.T) {
+	e := startE2E(t, nil)
+	ctx := t.Context()
+	injectInitContainer(t, e.env, "default", map[string]string{"app.kubernetes.io/managed-by": "signet"})
 
 	c := e.checkRun("mutated", resultScript, 2*time.Minute)
 	rep, err := e.b.Run(ctx, c)

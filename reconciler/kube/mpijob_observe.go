@@ -45,6 +45,18 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	var last observation
 	var seenLauncher bool
 	pins := map[string]types.UID{} // pod name → the UID first seen
+	// The rendered templates every launcher and worker is compared with on
+	// every poll (issue 21, finding 5). Run rendered c already, so this
+	// fails only for a check Adopt cannot render: nothing is then bound.
+	var tpls *mpiTemplates
+	_, job, err := b.render(c)
+	if err == nil {
+		tpls, err = templatesOf(job, c.Check.GPUCount)
+	}
+	if err != nil {
+		term := specs.Termination{Reason: "the MPIJob's templates cannot be rendered to compare its pods with: " + err.Error()}
+		return b.report(ctx, c, started, last, tpls, term, nil, log)
+	}
 	for {
 		// Past the deadline the operator's own activeDeadlineSeconds may
 		// end or remove the launcher: what this poll sees is then the
@@ -52,7 +64,7 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 		// from a start time stored in whole seconds, so it can fire up to a
 		// second before c.Deadline: that second counts as late too.
 		late := !time.Now().Add(operatorDeadlineSkew).Before(c.Deadline)
-		ob, err := b.poll(ctx, c, name, uid)
+		ob, err := b.poll(ctx, c, name, uid, tpls)
 		if err == nil && ob.gone == "" {
 			ob.gone = pinned(pins, ob)
 		}
@@ -77,7 +89,7 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 					term.Reason = "MPIJob failed: " + ob.failed + "; " + ob.gone
 				}
 				log.Warn("mpijob gone", "reason", term.Reason)
-				return b.report(ctx, c, started, last, term, nil, log)
+				return b.report(ctx, c, started, last, tpls, term, nil, log)
 			}
 			last = ob
 			if ob.launcher != nil {
@@ -86,23 +98,23 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 					if late && !t.Exited {
 						t.DeadlineExceeded = true
 					}
-					return b.report(ctx, c, started, last, t, res, log)
+					return b.report(ctx, c, started, last, tpls, t, res, log)
 				}
 			} else if ob.failed != "" {
 				term := specs.Termination{Reason: "MPIJob failed before its launcher ran: " + ob.failed}
-				return b.report(ctx, c, started, last, term, nil, log)
+				return b.report(ctx, c, started, last, tpls, term, nil, log)
 			}
 		}
 		if ctx.Err() != nil {
 			term, res, _ := launcherState(last.launcher)
 			term.Canceled, term.Reason = true, mpiJoinReasons(term.Reason, "observation canceled before the launcher ended")
-			return b.report(ctx, c, started, last, term, res, log)
+			return b.report(ctx, c, started, last, tpls, term, res, log)
 		}
 		if !time.Now().Before(c.Deadline) {
 			term, res, _ := launcherState(last.launcher)
 			term.DeadlineExceeded = true
 			term.Reason = mpiJoinReasons(term.Reason, "launcher not terminal at the check's deadline "+c.Deadline.UTC().Format(time.RFC3339))
-			return b.report(ctx, c, started, last, term, res, log)
+			return b.report(ctx, c, started, last, tpls, term, res, log)
 		}
 		wait := min(b.o.PollInterval, max(time.Until(c.Deadline), time.Millisecond))
 		select {
@@ -136,7 +148,11 @@ func pinned(pins map[string]types.UID, ob observation) string {
 // created no earlier than the intent. A pod that carries the job's labels
 // and fails that is foreign: the job counts as gone, since someone else
 // is writing pods in its name.
-func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string) (observation, error) {
+//
+// Each pod that passes is also compared with its rendered template, the
+// operator's own additions allowed (tpls.diff): one that differs counts as
+// foreign too.
+func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string, tpls *mpiTemplates) (observation, error) {
 	var ob observation
 	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -179,6 +195,9 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 		}
 		if why == "" {
 			why = createdBeforeIntent(&p, c.IntentAt)
+		}
+		if why == "" {
+			why = tpls.diff(&p, p.Labels[MPIJobRoleLabel])
 		}
 		switch {
 		case why != "":
@@ -253,12 +272,36 @@ func launcherState(p *corev1.Pod) (term specs.Termination, result []byte, done b
 // report builds the per-participant reports of an ended observation:
 // coverage first (DESIGN §4), then the launcher's termination and result
 // for everyone.
-func (b *MPIJobBackend) report(ctx context.Context, c *backend.CheckRun, started time.Time, ob observation, term specs.Termination, result []byte, log *slog.Logger) *backend.CheckReport {
+//
+// The images every launcher and worker container ran are recorded in the
+// participants' identities (a participant's worker's, then the launcher's)
+// and checked against the pinned digests; a difference refuses the result
+// as a coverage problem does.
+func (b *MPIJobBackend) report(ctx context.Context, c *backend.CheckRun, started time.Time, ob observation, tpls *mpiTemplates, term specs.Termination, result []byte, log *slog.Logger) *backend.CheckReport {
 	// The observation may have ended with ctx; what is left to read (nodes,
 	// logs) is read under a short bound of its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	ids, problems := b.coverage(rctx, c, ob.workers)
+	if tpls != nil {
+		var launcherImages []evidence.ContainerImage
+		if ob.launcher != nil {
+			imgs, bad := podImages(ob.launcher, tpls.launcher)
+			launcherImages, problems = imgs, append(problems, bad...)
+		}
+		for _, w := range ob.workers {
+			imgs, bad := podImages(&w, tpls.worker)
+			problems = append(problems, bad...)
+			for i := range ids {
+				if ids[i].Workload == workerIdentity(&w) {
+					ids[i].Images = append(ids[i].Images, imgs...)
+				}
+			}
+		}
+		for i := range ids {
+			ids[i].Images = append(ids[i].Images, launcherImages...)
+		}
+	}
 	if !term.Exited {
 		result = nil
 	}

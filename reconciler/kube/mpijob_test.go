@@ -280,8 +280,16 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 			assert.Equal(t, specs.VerdictPass, out.Verdict, "%s: %s", part.Node, out.Reason)
 			w, ok := workers[part.Node]
 			require.True(t, ok, "no worker on %s", part.Node)
-			assert.Equal(t, evidence.Identity{Workload: workerIdentity(&w), Node: part.Node, NodeUID: part.UID}, pr.Identity)
+			id := pr.Identity
+			id.Images = nil
+			assert.Equal(t, evidence.Identity{Workload: workerIdentity(&w), Node: part.Node, NodeUID: part.UID}, id)
 			assert.Contains(t, pr.Identity.Workload, string(w.UID))
+			// Its worker's container, then the launcher's install and check
+			// containers (issue 21, finding 5).
+			require.Len(t, pr.Identity.Images, 3)
+			assert.Equal(t, w.Name, pr.Identity.Images[0].Pod)
+			assert.Equal(t, []string{mpiWorkerContainer, installContainerName, checkContainerName},
+				[]string{pr.Identity.Images[0].Container, pr.Identity.Images[1].Container, pr.Identity.Images[2].Container})
 		}
 		// The launcher ran unpinned, with no stage, off the reserved nodes.
 		pl, err := pods.List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + MPIJobName("pass", 1) + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher})

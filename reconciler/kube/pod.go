@@ -123,7 +123,7 @@ func (b *PodBackend) Run(ctx context.Context, c *backend.CheckRun) (*backend.Che
 		if err != nil {
 			return nil, fmt.Errorf("pod backend: create pod %s/%s: %w", b.o.Namespace, p.Name, err)
 		}
-		ws[i] = &watched{name: p.Name, uid: got.UID}
+		ws[i] = &watched{name: p.Name, uid: got.UID, want: &p.Spec}
 		// The pod as admitted: a mutating webhook may have changed what runs
 		// (issue 21, finding 5). Such a pod's result is never read.
 		if d := podSpecDiff(&p.Spec, &got.Spec); len(d) > 0 {
@@ -156,7 +156,7 @@ func (b *PodBackend) Adopt(ctx context.Context, c *backend.CheckRun) (*backend.C
 	found := false
 	for i := range c.Participants {
 		name := podName(c.Run, c.Index, i)
-		ws[i] = &watched{name: name}
+		ws[i] = &watched{name: name, want: &r.Pods[i].Spec}
 		p, err := b.client.CoreV1().Pods(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			ws[i].lost = "pod deleted behind signet's back: pod " + name + " is gone"
@@ -219,6 +219,8 @@ func ownPod(c *backend.CheckRun, i int, p *corev1.Pod) bool {
 type watched struct {
 	name string
 	uid  types.UID // the UID signet created (or adopted)
+	// want is the rendered spec the pod must keep on every observation.
+	want *corev1.PodSpec
 	pod  *corev1.Pod
 	// lost says why the pod is no longer the one signet created.
 	lost string
@@ -314,6 +316,13 @@ func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watche
 			w.lost = "pod deleted behind signet's back: pod " + w.name + " is being deleted"
 			continue
 		}
+		// The pod as observed now: a container's image can be changed on
+		// a live pod (issue 21, finding 5).
+		if d := podSpecDiff(w.want, &p.Spec); len(d) > 0 {
+			w.pod = p
+			w.lost = fmt.Sprintf("pod %s (uid %s) as observed differs from the rendered pod: %s", w.name, p.UID, strings.Join(d, "; "))
+			continue
+		}
 		if p.Spec.NodeName != "" && len(w.nodeUIDs) == 0 {
 			w.nodeUIDs = append(w.nodeUIDs, b.nodeUID(ctx, p.Spec.NodeName))
 		}
@@ -379,14 +388,22 @@ func (b *PodBackend) participantReport(ctx context.Context, c *backend.CheckRun,
 	notes = append(notes, more...)
 	pr.Result = result
 	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	// What ran, as the container runtime reports it, must be the pinned
+	// images (issue 21, finding 5).
+	images, bad := podImages(p, w.want)
+	pr.Identity.Images = images
+	lost := w.lost
+	if lost == "" && len(bad) > 0 {
+		lost = "pod " + p.Name + " did not run the pinned images: " + strings.Join(bad, "; ")
+	}
 	switch {
-	case w.lost != "":
+	case lost != "":
 		// Whatever it did, it is no longer the workload signet created and
 		// observed to its end.
 		term.Exited, term.ExitCode, term.Signal = false, 0, ""
 		term.DeadlineExceeded = false
 		pr.Result = nil
-		notes = append([]string{w.lost}, notes...)
+		notes = append([]string{lost}, notes...)
 	case !terminal && deadlinePassed:
 		term.DeadlineExceeded = true
 		notes = append(notes, fmt.Sprintf("pod %s still %s at the check deadline %s", p.Name, p.Status.Phase, c.Deadline.UTC().Format(time.RFC3339)))

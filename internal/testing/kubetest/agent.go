@@ -70,6 +70,11 @@ const (
 	// MPI Operator stand-in bind a worker to a node of the test's choosing.
 	// An Agent treats it as None.
 	WrongNode
+	// WrongImage runs the pod normally but reports, for each of its
+	// containers, an image ID whose digest is not the pinned one: the
+	// runtime ran other content than the reference names (a registry or
+	// mirror serving other bytes, a poisoned image cache).
+	WrongImage
 )
 
 func (m Misbehaviour) String() string {
@@ -82,6 +87,8 @@ func (m Misbehaviour) String() string {
 		return "LosePod"
 	case WrongNode:
 		return "WrongNode"
+	case WrongImage:
+		return "WrongImage"
 	}
 	return "Misbehaviour(" + strconv.Itoa(int(m)) + ")"
 }

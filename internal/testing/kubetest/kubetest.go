@@ -18,6 +18,11 @@
 // taint never appears on a cordoned node; the scheduler still refuses a
 // cordoned node (its NodeUnschedulable plugin reads spec.unschedulable).
 //
+// The API server runs with --allow-privileged=true and its default
+// admission plugins (Pod Security among them), as real clusters do, so that
+// what refuses a pod in a test is a namespace's Pod Security level or a
+// policy under test, never the harness.
+//
 // The TTL controller (`-ttl-controller`) is disabled too: it only annotates
 // Nodes with node.alpha.kubernetes.io/ttl, a cache hint for kubelets, at a
 // moment of its own choosing, which would make every test that compares a
@@ -205,6 +210,10 @@ func StartWith(t testing.TB, opts Options) *Env {
 			"--authorization-mode", "RBAC",
 			"--service-cluster-ip-range", "10.0.0.0/24",
 			"--disable-admission-plugins", "ServiceAccount",
+			// As real clusters run: privileged pods allowed by the API
+			// server, so that what refuses them is Pod Security admission
+			// (on by default) and signet's own policies, never this flag.
+			"--allow-privileged=true",
 			"--profiling=false",
 		)
 		return p, waitFor(p, 120*time.Second, func() error {

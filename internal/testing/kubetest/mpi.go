@@ -105,8 +105,9 @@ type MPIOptions struct {
 //     keeps them).
 //
 // It does not create the operator's headless Service, SSH key Secret and
-// its volumes, PodGroups, or the OpenMPI/Intel/MPICH environment variables
-// other than K_MPI_JOB_ROLE; it does not validate MPIJobs, delete surplus
+// its volumes, PodGroups, or the Intel/MPICH environment variables (the
+// launcher gets the OpenMPI ones and the emptied NVIDIA ones, as from the
+// operator's default implementation); it does not validate MPIJobs, delete surplus
 // workers, honour runPolicy.suspend or managedBy, emit events, or restart
 // failed workers. Misbehaviour: MPIOptions.WrongNode, MPIOptions.Stalled.
 type MPIOperator struct {
@@ -509,6 +510,20 @@ func (o *MPIOperator) newLauncherJob(job *mpiJob) *batchv1.Job {
 	tpl.Spec.RestartPolicy = restartPolicy(spec.RestartPolicy, corev1.RestartPolicyOnFailure)
 	c := &tpl.Spec.Containers[0]
 	c.Env = append(c.Env, corev1.EnvVar{Name: "K_MPI_JOB_ROLE", Value: MPIRoleLauncher})
+	// The operator's OpenMPI variables (its default implementation) and
+	// the emptied NVIDIA variables, as it appends them.
+	slots := int32(1)
+	if job.Spec.SlotsPerWorker != nil {
+		slots = *job.Spec.SlotsPerWorker
+	}
+	c.Env = append(c.Env,
+		corev1.EnvVar{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
+		corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: MPIConfigMountPath + "/" + mpiHostfileName},
+		corev1.EnvVar{Name: "OMPI_MCA_plm_rsh_args", Value: "-o ConnectionAttempts=10"},
+		corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: strconv.Itoa(int(slots))},
+		corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES"},
+		corev1.EnvVar{Name: "NVIDIA_DRIVER_CAPABILITIES"},
+	)
 	ro, rx := int32(0o444), int32(0o555)
 	tpl.Spec.Volumes = append(tpl.Spec.Volumes, corev1.Volume{
 		Name: mpiConfigVolumeName,

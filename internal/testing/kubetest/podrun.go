@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -244,7 +245,7 @@ func (r *podRun) buildStatus(s *corev1.PodStatus) {
 		var out []corev1.ContainerStatus
 		for _, st := range sts {
 			cs := corev1.ContainerStatus{
-				Name: st.name, Image: st.image, ImageID: "kubetest://" + st.image,
+				Name: st.name, Image: st.image, ImageID: imageID(st.image, r.misbehave == WrongImage),
 				ContainerID: st.id, RestartCount: st.restarts, State: *st.state.DeepCopy(),
 			}
 			if t := cs.State.Terminated; t != nil && len(t.Message) > budget {
@@ -291,4 +292,23 @@ func (r *podRun) buildStatus(s *corev1.PodStatus) {
 	cond(corev1.PodInitialized, r.initDone || len(r.initSt) == 0, "ContainersNotInitialized")
 	cond(corev1.ContainersReady, ready, notReady)
 	cond(corev1.PodReady, ready, notReady)
+}
+
+// imageID is the image ID a container runtime reports for a container
+// started from image: as containerd and CRI-O do, the repository digest
+// ("registry/repo@sha256:…", a tag dropped) of a digest-pinned reference,
+// else the reference itself. With wrong, the digest is another one, as
+// when a registry or mirror served other content under the reference.
+func imageID(image string, wrong bool) string {
+	name, digest, pinned := strings.Cut(image, "@")
+	if !pinned {
+		return image
+	}
+	if i := strings.LastIndex(name, "/"); strings.LastIndex(name, ":") > i {
+		name = name[:strings.LastIndex(name, ":")]
+	}
+	if wrong {
+		digest = "sha256:" + strings.Repeat("e", 64)
+	}
+	return name + "@" + digest
 }

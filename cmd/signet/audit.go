@@ -85,6 +85,8 @@ in a pins file for the next audit's --since, and give the commit to the reconcil
 
 Every finding names its rule, run and path. Exit status: 0 clean, 1 findings,
 2 usage error or the branch could not be read.`,
+		Example: "  signet audit --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml\n" +
+			"  signet audit --repo . --trust trust.yaml --since pins.txt -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

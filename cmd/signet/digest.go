@@ -16,9 +16,10 @@ func init() { addCommand(newDigestCmd) }
 
 func newDigestCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "digest",
-		Short: "Compute digests signet pins",
-		Args:  cobra.NoArgs,
+		Use:     "digest",
+		Short:   "Compute digests signet pins",
+		Example: "  signet digest bundle examples/spec-repo/bundles/local-smoke",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return &usageError{fmt.Errorf("digest: name what to digest, e.g. signet digest bundle DIR")}
 		},

@@ -46,7 +46,11 @@ valid file, a line starting "signet exec: " says why, so the check can never
 pass.
 
 Exit status: the script's, 128+n when signal n ended it, 3 when signet exec
-ran nothing (digest mismatch, unreadable script, failed start), 2 usage.`,
+ran nothing (digest mismatch, unreadable script, failed start), 2 usage.
+(signet exec passes its script's status through: it is outside the table of
+signet help exit-codes.)`,
+		Example: "  # the pod backend's container command:\n" +
+			"  /signet-bin/signet exec --script /signet-script/check.sh --digest sha256:0c19…",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Exec forwards SIGTERM itself; the root context's cancel on

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -62,7 +63,24 @@ func newRootCmd() *cobra.Command {
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
+	completeOutputFormats(root)
 	return root
+}
+
+// completeOutputFormats lets the shell complete --output with the formats
+// each command accepts (outputOptions.AddFlags lists them in the usage).
+func completeOutputFormats(c *cobra.Command) {
+	if f := c.Flags().Lookup("output"); f != nil {
+		if list, ok := strings.CutPrefix(f.Usage, "output format: "); ok {
+			formats := strings.Split(list, ", ")
+			_ = c.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+				return formats, cobra.ShellCompDirectiveNoFileComp
+			})
+		}
+	}
+	for _, sub := range c.Commands() {
+		completeOutputFormats(sub)
+	}
 }
 
 func main() {

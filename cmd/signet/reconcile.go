@@ -55,6 +55,8 @@ it gracefully: every admitted run stays recoverable and resumes on the next star
 
 With --now, POST /reconcile to a running daemon with the bearer token of
 triggerTokenFile (or --token-file).`,
+		Example: "  signet reconcile --config /etc/signet/config/config.yaml\n" +
+			"  signet reconcile --now --config /etc/signet/config/config.yaml   # trigger a pass of the running daemon",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Config == "" && o.Addr == "" {

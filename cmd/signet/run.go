@@ -82,6 +82,8 @@ backend, and commit signed evidence and the receipt to the evidence branch.
 Exit status (signet help exit-codes): 0 Pass, 10 Fail, 11 Error, 12 Inconclusive,
 13 Canceled; not run: 1 invalid, 2 usage or I/O error, 3 not approved, 5 the
 nodes are busy or not eligible now.`,
+		Example: "  signet run --repo spec --request local-smoke-localhost --trust trust.yaml --key reconciler.key\n" +
+			"  signet run --repo spec --request batch-7 --trust trust.yaml --key reconciler.key --cluster east -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

@@ -47,6 +47,7 @@ verdict. Status reads the branch's tip; it does not verify signatures or history
 signet audit or signet verify for that.
 
 Exit status: 0, or 2 when the branch could not be read.`,
+		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

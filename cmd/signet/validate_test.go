@@ -192,3 +192,20 @@ func TestHelpExitCodes(t *testing.T) {
 		codes[c] = name
 	}
 }
+
+// TestCompletion: the shell completes --output with each command's
+// formats, and every command has examples in its help.
+func TestCompletion(t *testing.T) {
+	out, _, code := runSpecsCLI(t, "__complete", "validate", "--output", "")
+	require.Equal(t, 0, code)
+	assert.Equal(t, []string{"text", "json", "yaml", "github", "sarif", ":4"}, strings.Fields(out)[:6])
+	out, _, _ = runSpecsCLI(t, "__complete", "status", "-o", "")
+	assert.Equal(t, []string{"text", "json", "yaml", ":4"}, strings.Fields(out)[:4])
+
+	for _, c := range newRootCmd().Commands() {
+		if c.Hidden || !c.IsAvailableCommand() || c.Name() == "help" || c.Name() == "completion" || c.Name() == "version" {
+			continue
+		}
+		assert.NotEmpty(t, c.Example, "signet %s has no examples in its help", c.Name())
+	}
+}

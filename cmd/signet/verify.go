@@ -48,6 +48,7 @@ every document against the trust policy, every digest binding, its lifecycle ord
 approvals and its receipt's links into the cluster's receipt chain.
 
 Exit status: 0 verified, 1 findings, 2 usage error or the run could not be read.`,
+		Example: "  signet verify batch-7 --repo . --trust trust.yaml --cluster east\n  signet verify batch-7 --repo . --trust trust.yaml -o json",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}

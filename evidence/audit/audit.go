@@ -61,6 +61,13 @@ type Options struct {
 	// Workers verifies signatures on this many goroutines;
 	// runtime.GOMAXPROCS(0) when zero.
 	Workers int
+	// Observe, when set, is called with the verified documents of every
+	// run once the audit has checked it (again if a later file reopens
+	// the run: the last call holds), from several goroutines at once.
+	// It sees documents before the whole-branch checks (receipt chain,
+	// index, copies) ran: Report.Findings, not the call, says whether a
+	// run is clean.
+	Observe func(*RunDocuments)
 }
 
 // Branch audits the evidence branch of opts.Repo, reading objects only
@@ -263,6 +270,9 @@ func (a *auditor) checkRuns(runs []*runAudit) {
 			for r := range next {
 				r.check()
 				r.checked = true
+				if a.opts.Observe != nil {
+					a.opts.Observe(r.documents())
+				}
 			}
 		})
 	}

@@ -133,12 +133,12 @@ func (m *model) pages(pageSize int) (map[string][]byte, error) {
 	return out, nil
 }
 
-func nodeHref(k nodeKey) string  { return "nodes/" + k.Cluster + "/" + k.Node + ".html" }
+func nodeHref(k nodeKey) string   { return "nodes/" + k.Cluster + "/" + k.Node + ".html" }
 func profileHref(n string) string { return "profiles/" + n + ".html" }
 
 // summaryRow counts the nodes of one cluster and profile by state.
 type summaryRow struct {
-	Cluster, Profile                                      string
+	Cluster, Profile                                    string
 	Nodes, Certified, Expiring, Failing, Retained, Open int
 }
 
@@ -405,12 +405,12 @@ type nodePage struct {
 
 // bucket is one day of a profile's runs.
 type bucket struct {
-	Day              string
-	Runs, Pass       int
-	X, Y, W, H       float64
-	LabelX           float64
-	Label            bool
-	Rate             string
+	Day        string
+	Runs, Pass int
+	X, Y, W, H float64
+	LabelX     float64
+	Label      bool
+	Rate       string
 }
 
 type checkRate struct {
@@ -419,13 +419,13 @@ type checkRate struct {
 }
 
 type profilePage struct {
-	Name    string
-	Runs    []*run
-	Pass    int
-	Days    []bucket
-	Checks  []checkRate
-	Width   int
-	Height  int
+	Name   string
+	Runs   []*run
+	Pass   int
+	Days   []bucket
+	Checks []checkRate
+	Width  int
+	Height int
 }
 
 // profilePages builds one page per profile over its verified runs: pass

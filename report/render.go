@@ -62,9 +62,10 @@ var funcs = template.FuncMap{
 		}
 		return b.Sub(a).Round(time.Millisecond).String()
 	},
-	"json": func(raw json.RawMessage) string { return string(raw) },
-	"join": strings.Join,
-	"add":  func(a, b int) int { return a + b },
+	"json":  func(raw json.RawMessage) string { return string(raw) },
+	"join":  strings.Join,
+	"joinc": func(s []string) string { return strings.Join(s, ", ") },
+	"add":   func(a, b int) int { return a + b },
 	"pct": func(n, d int) string {
 		if d == 0 {
 			return "—"
@@ -501,8 +502,8 @@ func (m *model) profilePages() []profilePage {
 		for i, day := range order {
 			b := *days[day]
 			rate := float64(b.Pass) / float64(b.Runs)
-			b.W = bw * 0.8
-			b.X = float64(i)*bw + bw*0.1
+			b.W = min(bw*0.8, 40)
+			b.X = float64(i)*bw + (bw-b.W)/2
 			b.H = rate * (h - top)
 			b.Y = h - b.H
 			b.LabelX = float64(i)*bw + bw/2

@@ -60,6 +60,8 @@ type Result struct {
 	// bytes changed (or were new), Removed those of an earlier report
 	// that this one no longer has.
 	Pages, Written, Removed int
+	// Changed are the paths written or removed, sorted.
+	Changed []string
 	// Audit is the audit the report shows.
 	Audit *audit.Report
 }
@@ -144,6 +146,7 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 			return nil, err
 		}
 		res.Written++
+		res.Changed = append(res.Changed, p)
 	}
 	var gone []string
 	for p := range old.Files {
@@ -160,7 +163,9 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 		res.Removed++
+		res.Changed = append(res.Changed, p)
 	}
+	sort.Strings(res.Changed)
 	mb, err := json.MarshalIndent(next, "", " ")
 	if err != nil {
 		return nil, err

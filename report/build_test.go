@@ -117,3 +117,22 @@ func TestReportWithholdsRunsWithFindings(t *testing.T) {
 	assert.Equal(t, "mine", site["keep.txt"])
 	assert.True(t, strings.Contains(site["index.html"], "withheld"))
 }
+
+// TestReportWithholdsEveryRunOnBranchFindings: a finding about the branch
+// itself (here a file outside the evidence layout) withholds every run.
+func TestReportWithholdsEveryRunOnBranchFindings(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a")
+	require.NoError(t, err)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	_, err = c.Append(map[string][]byte{"stray.txt": []byte("not evidence\n")})
+	require.NoError(t, err)
+	out := t.TempDir()
+	res, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Audit.Findings)
+	site := readTree(t, out)
+	assert.Contains(t, site["index.html"], "concern the branch itself")
+	assert.Contains(t, site["runs/fixture/run-a.html"], `id="withheld"`)
+	assert.NotContains(t, site["runs/fixture/run-a.html"], `id="matrix"`, "a branch finding withholds every run")
+}

@@ -34,7 +34,8 @@ func readTree(t *testing.T, dir string) map[string]string {
 // TestReportDeterministicAndIncremental: the same branch gives the same
 // bytes in a new directory and writes nothing the second time in the
 // same one; after one new run, only the pages that run changes are
-// written (index, its run, its node, its profile).
+// written (index, the archive page that lists it, its run, its node, its
+// profile).
 func TestReportDeterministicAndIncremental(t *testing.T) {
 	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b", "run-c")
 	require.NoError(t, err)
@@ -63,7 +64,7 @@ func TestReportDeterministicAndIncremental(t *testing.T) {
 	require.NoError(t, err)
 	second, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"index.html", "nodes/fixture/localhost.html", "profiles/quick.html", "runs/fixture/run-c.html"}, second.Changed)
+	assert.Equal(t, []string{"index.html", "nodes/fixture/localhost.html", "profiles/quick.html", "runs-1.html", "runs/fixture/run-c.html"}, second.Changed)
 
 	again, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
 	require.NoError(t, err)

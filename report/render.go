@@ -160,8 +160,10 @@ type indexPage struct {
 	Findings       []audit.Finding
 	BranchFindings int
 	Runs           []*run
+	// Page is 0 on the index, i on archive page i of Pages (oldest 1).
 	Page, Pages    int
 	Prev, Next     string
+	Archive        []archiveLink
 	Clean          bool
 	Withheld       int
 	TTL, Expiring  time.Duration
@@ -170,13 +172,6 @@ type indexPage struct {
 
 var stateNames = map[nodeState]string{stateNone: "expired", stateCertified: "certified", stateExpiring: "expiring soon",
 	stateFailing: "failing", stateRetained: "retained", stateOpen: "running"}
-
-func indexHref(i int) string {
-	if i <= 1 {
-		return "index.html"
-	}
-	return fmt.Sprintf("index-%d.html", i)
-}
 
 func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, pageSize int) error {
 	sums := map[[2]string]*summaryRow{}
@@ -238,31 +233,52 @@ func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, 
 		ip.Profiles = append(ip.Profiles, p)
 	}
 	sort.Strings(ip.Profiles)
-	pages := max(1, (len(m.Runs)+pageSize-1)/pageSize)
+	// Runs are paged oldest first into fixed archive pages (runs-1.html
+	// holds the first pageSize runs ever), so that a new run changes the
+	// last archive page and the index only; the index shows the newest.
+	chrono := make([]*run, len(m.Runs))
+	for i, r := range m.Runs {
+		chrono[len(m.Runs)-1-i] = r
+	}
+	pages := (len(chrono) + pageSize - 1) / pageSize
+	ip.Page, ip.Pages = 0, pages
+	ip.Runs = m.Runs[:min(len(m.Runs), pageSize)]
+	if pages > 0 {
+		ip.Next = archiveHref(pages)
+	}
 	for i := 1; i <= pages; i++ {
-		p := ip
-		p.Page, p.Pages = i, pages
-		p.Runs = m.Runs[(i-1)*pageSize : min(len(m.Runs), i*pageSize)]
-		if i > 1 {
-			p.Prev = indexHref(i - 1)
-			// The fleet summary and findings are on the first page.
-			p.Summary, p.Nodes, p.Findings, p.Profiles = nil, nil, nil, nil
+		ip.Archive = append(ip.Archive, archiveLink{Href: archiveHref(i), First: chrono[(i-1)*pageSize].ID, Last: chrono[min(len(chrono), i*pageSize)-1].ID})
+	}
+	b, err := m.render("index", "index.html", "signet report", ip)
+	if err != nil {
+		return err
+	}
+	out["index.html"] = b
+	for i := 1; i <= pages; i++ {
+		chunk := chrono[(i-1)*pageSize : min(len(chrono), i*pageSize)]
+		p := indexPage{Page: i, Pages: pages}
+		for j := len(chunk) - 1; j >= 0; j-- {
+			p.Runs = append(p.Runs, chunk[j])
 		}
 		if i < pages {
-			p.Next = indexHref(i + 1)
+			p.Prev = archiveHref(i + 1)
 		}
-		title := "signet report"
 		if i > 1 {
-			title = fmt.Sprintf("signet report, runs page %d", i)
+			p.Next = archiveHref(i - 1)
 		}
-		b, err := m.render("index", indexHref(i), title, p)
+		b, err := m.render("index", archiveHref(i), fmt.Sprintf("signet report, runs page %d", i), p)
 		if err != nil {
 			return err
 		}
-		out[indexHref(i)] = b
+		out[archiveHref(i)] = b
 	}
 	return nil
 }
+
+// archiveLink names one archive page by its first and last run.
+type archiveLink struct{ Href, First, Last string }
+
+func archiveHref(i int) string { return fmt.Sprintf("runs-%d.html", i) }
 
 // cell is one node × check of a run's matrix.
 type cell struct {

@@ -161,13 +161,13 @@ type indexPage struct {
 	BranchFindings int
 	Runs           []*run
 	// Page is 0 on the index, i on archive page i of Pages (oldest 1).
-	Page, Pages    int
-	Prev, Next     string
-	Archive        []archiveLink
-	Clean          bool
-	Withheld       int
-	TTL, Expiring  time.Duration
-	Audit          *audit.Report
+	Page, Pages   int
+	Prev, Next    string
+	Archive       []archiveLink
+	Clean         bool
+	Withheld      int
+	TTL, Expiring time.Duration
+	Audit         *audit.Report
 }
 
 var stateNames = map[nodeState]string{stateNone: "expired", stateCertified: "certified", stateExpiring: "expiring soon",

@@ -304,6 +304,11 @@ func TestReportInBrowser(t *testing.T) {
 		row := b.text(`#runs tr:has(a[href$="/fail-1.html"])`)
 		assert.Contains(t, row, "withheld")
 		assert.NotContains(t, row, "Pass")
+		// The node's latest runs are withheld: an older Pass does not
+		// make it certified.
+		nodeRow := b.text(`#nodes tbody tr:first-child`)
+		assert.Contains(t, nodeRow, "unproven")
+		assert.NotContains(t, nodeRow, "certified")
 		b.screenshot(pics, "tampered-index")
 		b.follow("runs/alpha/fail-1.html", "#withheld")
 		assert.Equal(t, 0, b.count("#matrix"), "no matrix from a document the audit refused")

@@ -116,6 +116,7 @@ func TestReportWithholdsRunsWithFindings(t *testing.T) {
 	assert.NotContains(t, site["index.html"], "v-inconclusive")
 	assert.Contains(t, site["runs/fixture/run-a.html"], `id="matrix"`, "the clean run is shown")
 	assert.Equal(t, "mine", site["keep.txt"])
+	assert.Contains(t, site["index.html"], "unproven (latest run withheld)", "run-a's Pass does not certify the node past run-b")
 	assert.True(t, strings.Contains(site["index.html"], "withheld"))
 }
 

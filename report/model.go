@@ -38,6 +38,9 @@ type run struct {
 	Findings []audit.Finding
 	// Docs are the verified documents; nil when Withheld.
 	Docs *audit.RunDocuments
+	// Nodes are the participants the audit read from the admission
+	// (names only; a withheld run's nodes are shown unproven).
+	Nodes []string
 }
 
 // Href is the run page's path from the report root.
@@ -69,6 +72,9 @@ func newModel(rep *audit.Report, docs map[string]*audit.RunDocuments, policy *si
 	for _, rr := range rep.Runs {
 		r := &run{Cluster: rr.Cluster, ID: rr.Run, Dir: rr.Dir, Profile: rr.Profile, Phase: rr.Phase, Verdict: rr.Verdict,
 			AdmittedAt: rr.AdmittedAt, EndedAt: rr.EndedAt}
+		for _, n := range rr.Nodes {
+			r.Nodes = append(r.Nodes, n.Node)
+		}
 		for _, f := range rep.Findings {
 			if f.Run == rr.Run && (f.Cluster == "" || f.Cluster == rr.Cluster) {
 				r.Findings = append(r.Findings, f)
@@ -139,6 +145,7 @@ const (
 	stateFailing
 	stateRetained
 	stateOpen
+	stateUnproven
 )
 
 // nodes returns every node's runs, newest first, by cluster and node,
@@ -147,6 +154,12 @@ func (m *model) nodes() map[nodeKey][]*nodeRun {
 	out := map[nodeKey][]*nodeRun{}
 	for _, r := range m.Runs {
 		if r.Withheld {
+			// A withheld run still counts as the node's latest: the
+			// node is unproven, never certified by an older run.
+			for _, n := range r.Nodes {
+				k := nodeKey{r.Cluster, n}
+				out[k] = append(out[k], &nodeRun{Run: r})
+			}
 			continue
 		}
 		d := r.Docs
@@ -205,9 +218,11 @@ func identityChanges(old, cur *evidence.NodeSnapshot) []string {
 // first), as of m.AsOf: certified until TTL after its Pass run ended,
 // expiring in the last Expiring of that, failing after a non-Pass,
 // retained while a non-Pass run holds it, open while its run has no
-// verdict.
+// verdict, unproven when its latest run is withheld.
 func (m *model) state(latest *nodeRun) (nodeState, time.Time) {
 	switch {
+	case latest.Run.Withheld:
+		return stateUnproven, time.Time{}
 	case latest.Verdict == "":
 		return stateOpen, time.Time{}
 	case latest.Verdict != specs.VerdictPass && latest.Retained:

@@ -140,7 +140,7 @@ func profileHref(n string) string { return "profiles/" + n + ".html" }
 // summaryRow counts the nodes of one cluster and profile by state.
 type summaryRow struct {
 	Cluster, Profile                                    string
-	Nodes, Certified, Expiring, Failing, Retained, Open int
+	Nodes, Certified, Expiring, Failing, Retained, Open, Unproven int
 }
 
 // nodeRow is one node's line on the index.
@@ -171,7 +171,7 @@ type indexPage struct {
 }
 
 var stateNames = map[nodeState]string{stateNone: "expired", stateCertified: "certified", stateExpiring: "expiring soon",
-	stateFailing: "failing", stateRetained: "retained", stateOpen: "running"}
+	stateFailing: "failing", stateRetained: "retained", stateOpen: "running", stateUnproven: "unproven (latest run withheld)"}
 
 func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, pageSize int) error {
 	sums := map[[2]string]*summaryRow{}
@@ -204,6 +204,8 @@ func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, 
 				s.Retained++
 			case stateOpen:
 				s.Open++
+			case stateUnproven:
+				s.Unproven++
 			}
 			rows = append(rows, nodeRow{Key: k, Href: nodeHref(k), Profile: prof, Latest: nr, State: stateNames[st], Until: until})
 		}

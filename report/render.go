@@ -139,7 +139,7 @@ func profileHref(n string) string { return "profiles/" + n + ".html" }
 
 // summaryRow counts the nodes of one cluster and profile by state.
 type summaryRow struct {
-	Cluster, Profile                                    string
+	Cluster, Profile                                              string
 	Nodes, Certified, Expiring, Failing, Retained, Open, Unproven int
 }
 

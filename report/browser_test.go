@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -142,8 +143,12 @@ func (b *browser) screenshot(dir, name string) {
 		tag  string
 		w, h int64
 	}{{"desktop", 1280, 900}, {"narrow", 390, 844}} {
+		// A viewport as tall as the page, so that all of it is painted
+		// when captured.
 		b.run(chromedp.EmulateViewport(w.w, w.h))
-		png := value(b, chromedp.FullScreenshot(100))
+		h := value(b, chromedp.Evaluate[int64](`document.documentElement.scrollHeight`))
+		b.run(chromedp.EmulateViewport(w.w, max(w.h, h)), chromedp.Sleep(100*time.Millisecond))
+		png := value(b, chromedp.CaptureScreenshot())
 		require.NoError(b.t, os.WriteFile(filepath.Join(dir, name+"-"+w.tag+".png"), png, 0o644))
 		// No page is wider than the narrow screen: tables scroll inside
 		// their own box.
@@ -233,6 +238,15 @@ func TestReportInBrowser(t *testing.T) {
 		assert.Contains(t, facts, "release.json")
 		assert.Contains(t, b.text("#verify-h + p + pre"), "sha256sum evidence.json")
 		b.screenshot(pics, "run")
+		// Dark mode: the page follows prefers-color-scheme.
+		_, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		require.NoError(t, err)
+		bg := value(b, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+		assert.Equal(t, "rgb(13, 17, 23)", bg, "dark background")
+		b.screenshot(pics, "run-dark")
+		_, err = chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
+		require.NoError(t, err)
 
 		b.follow("nodes/alpha/"+br.Host+".html", "#history")
 		assert.Equal(t, 4, b.count("#history tbody tr"), "pass-1, pass-2, fail-1, inconc-1")

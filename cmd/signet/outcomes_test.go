@@ -28,7 +28,9 @@ func reasonDocs() *audit.RunDocuments {
 		b, _ := json.Marshal(specs.Result{Run: "r", Check: "x", Nonce: "n", Verdict: specs.Verdict(verdict), Summary: summary, Measurements: m})
 		return b
 	}
-	exited := func(code int) specs.Termination { return specs.Termination{Started: true, Exited: true, ExitCode: code} }
+	exited := func(code int) specs.Termination {
+		return specs.Termination{Started: true, Exited: true, ExitCode: code}
+	}
 	cases := []struct {
 		name   string
 		term   specs.Termination

@@ -160,6 +160,9 @@ type auditor struct {
 	// older is the first-parent commit just before those read, when the
 	// history was read back to a run directory's first commit only.
 	older plumbing.Hash
+	// readMu serializes the blob reads of documents (Observe) when the
+	// object source is not safe for concurrent use.
+	readMu sync.Mutex
 }
 
 // closedRunBatch is how many runs with a receipt the replay lets

@@ -85,7 +85,7 @@ func (r *runAudit) documents() *RunDocuments {
 				if !ok || f == nil || f.digest != l.Digest {
 					continue
 				}
-				data, err := readRaw(r.a.rd, plumbing.BlobObject, f.blob)
+				data, err := r.a.readShared(f.blob)
 				if err != nil || specs.DigestOf(data) != l.Digest {
 					continue
 				}
@@ -108,3 +108,14 @@ func (d *RunDocuments) Rel(p string) string {
 // Path returns the branch path of rel, a path relative to the run
 // directory.
 func (d *RunDocuments) Path(rel string) string { return path.Join(d.Dir, rel) }
+
+// readShared reads a blob from the runs' checks, which run on several
+// goroutines: serialized when the branch's object source is not safe for
+// concurrent use.
+func (a *auditor) readShared(h plumbing.Hash) ([]byte, error) {
+	if !a.rd.Concurrent() {
+		a.readMu.Lock()
+		defer a.readMu.Unlock()
+	}
+	return readRaw(a.rd, plumbing.BlobObject, h)
+}

@@ -62,7 +62,13 @@ var funcs = template.FuncMap{
 		}
 		return b.Sub(a).Round(time.Millisecond).String()
 	},
-	"json":  func(raw json.RawMessage) string { return string(raw) },
+	"json": func(raw json.RawMessage) string { return string(raw) },
+	"span": func(d time.Duration) string {
+		if d > 0 && d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d/(24*time.Hour))
+		}
+		return d.String()
+	},
 	"join":  strings.Join,
 	"joinc": func(s []string) string { return strings.Join(s, ", ") },
 	"add":   func(a, b int) int { return a + b },

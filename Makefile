@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools clean mutations image
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools browser-tools clean mutations image
 
 all: build
 
@@ -30,8 +30,13 @@ tools:
 kube-tools:
 	./hack/kube-tools.sh
 
+## browser-tools: Debian's chromium, which the report's browser tests drive
+## (chromedp), installed with apt-get when missing.
+browser-tools:
+	./hack/browser-tools.sh
+
 ## test: every test, race detector on, plus lint. This is what CI runs.
-test: lint tools kube-tools
+test: lint tools kube-tools browser-tools
 	$(GO) test $(GO_TEST_ARGS) -count=1 -timeout 30m ./...
 
 lint: fmt-check vet

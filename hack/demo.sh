@@ -6,7 +6,8 @@
 #  3. approve the local profile and request with `signet sign` (a signed commit);
 #  4. run the local request with `signet run`: admission, checks as local
 #     processes, signed evidence and a receipt on the signet/evidence branch;
-#  5. audit the evidence branch and check it with stock git.
+#  5. audit the evidence branch and check it with stock git;
+#  6. write its HTML report (signet report) and print the path of its index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -90,4 +91,7 @@ if "$SIGNET" audit --help >/dev/null 2>&1; then
   step "audit the evidence branch"
   "$SIGNET" audit --repo spec --trust trust.yaml
 fi
+step "report: a static HTML site of the evidence branch, every verdict verified by the audit"
+index=$("$SIGNET" report --repo spec --trust trust.yaml --out "$DEMO/report")
 step "done: evidence in $DEMO/spec (branch signet/evidence)"
+echo "report: $index"

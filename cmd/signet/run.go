@@ -20,7 +20,9 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/reconciler"
+	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
 
@@ -77,7 +79,10 @@ func newRunCmd() *cobra.Command {
 		Short: "Run one approved request now, with the local backend, and wait for its receipt",
 		Long: `Run one CertificationRequest of a spec repository once, as the reconciler would:
 verify its approvals against the trust policy, admit it, run its checks with the local
-backend, and commit signed evidence and the receipt to the evidence branch.
+backend, and commit signed evidence and the receipt to the evidence branch. Then verify
+the run on the evidence branch (as signet verify does) and print every check's outcome
+from its verified document: reason, summary, measurements, duration and, for a non-Pass,
+the last lines of its stderr.
 
 Exit status (signet help exit-codes): 0 Pass, 10 Fail, 11 Error, 12 Inconclusive,
 13 Canceled; not run: 1 invalid, 2 usage or I/O error, 3 not approved, 5 the
@@ -190,12 +195,14 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return exitCode(exitRunError, fmt.Errorf("run %s: %w (it stays recoverable: run the same command again)", obj.Run, err))
 	}
+	outs := o.outcomes(ctx, cmd.ErrOrStderr(), rs.ID)
 	if o.out.JSON() {
-		if err := o.out.Write(cmd.OutOrStdout(), rs); err != nil {
+		if err := o.out.Write(cmd.OutOrStdout(), runJSON{RunStatus: rs, Outcomes: outs}); err != nil {
 			return err
 		}
 	} else {
 		printRunSummary(cmd.OutOrStdout(), rs)
+		printOutcomes(cmd.OutOrStdout(), outs)
 	}
 	return exitCode(runExitCode(rs.Verdict), nil)
 }
@@ -224,6 +231,36 @@ func notRunExitCode(reason string) int {
 		return exitWaiting
 	}
 	return exitRunNotRun
+}
+
+// runJSON is signet run's JSON: the run's status and its outcomes.
+type runJSON struct {
+	*reconciler.RunStatus
+	Outcomes []outcome `json:"outcomes,omitempty"`
+}
+
+// outcomes verifies the finished run on the evidence branch (audit.Verify)
+// and returns its outcomes from the verified documents; when it cannot,
+// it says why on errw and returns none: signet run prints nothing it has
+// not verified.
+func (o *runOptions) outcomes(ctx context.Context, errw io.Writer, run string) []outcome {
+	policy, err := signing.LoadTrustPolicy(o.Trust)
+	if err != nil {
+		fmt.Fprintf(errw, "outcomes not shown: %v\n", err)
+		return nil
+	}
+	var docs *audit.RunDocuments
+	rep, err := audit.Verify(ctx, audit.VerifyOptions{Repo: o.Repo, Branch: o.EvidenceBranch, Cluster: o.Cluster, Run: run, Policy: policy,
+		Observe: func(d *audit.RunDocuments) { docs = d }})
+	switch {
+	case err != nil:
+		fmt.Fprintf(errw, "outcomes not shown: verify run %s: %v\n", run, err)
+		return nil
+	case len(rep.Findings) > 0:
+		fmt.Fprintf(errw, "outcomes not shown: signet verify %s finds %d finding(s), first: %s\n", run, len(rep.Findings), rep.Findings[0])
+		return nil
+	}
+	return outcomesOf(docs)
 }
 
 func runExitCode(v specs.Verdict) int {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/reconciler"
+	"signet.dev/signet/specs"
 )
 
 func init() { addCommand(newStatusCmd) }
@@ -24,6 +27,11 @@ func init() { addCommand(newStatusCmd) }
 type statusOptions struct {
 	Branch  branchOptions
 	Cluster string
+	Node    string
+	Profile string
+	Verdict string
+	Since   string
+	Limit   int
 	Timeout time.Duration
 	Output  outputOptions
 }
@@ -32,6 +40,11 @@ type statusOptions struct {
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Branch.AddFlags(fs)
 	fs.StringVar(&o.Cluster, "cluster", "", "only this cluster's runs (default: every cluster)")
+	fs.StringVar(&o.Node, "node", "", "only runs and nodes of this node")
+	fs.StringVar(&o.Profile, "profile", "", "only runs of this profile")
+	fs.StringVar(&o.Verdict, "verdict", "", "only runs with this verdict (Pass, Fail, Error, Inconclusive, Canceled; none: still open)")
+	fs.StringVar(&o.Since, "since", "", "only runs admitted since this time (RFC 3339) or this long ago (24h)")
+	fs.IntVar(&o.Limit, "limit", 0, "only the newest N runs (0: all)")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	o.Output.AddFlags(fs)
 }
@@ -43,13 +56,15 @@ func newStatusCmd() *cobra.Command {
 		Short: "List the runs of an evidence branch and each node's latest verdict",
 		Long: `List the runs of an evidence branch (through its run-ID index) with their phase, derived
 from which documents exist, their verdict and receipt sequence, and each node's latest
-verdict. Status reads the branch's tip; it does not verify signatures or history: use
-signet audit or signet verify for that.
+verdict, the runs still open and the nodes retained until an approved release. --node,
+--profile, --verdict, --since and --limit narrow the runs listed (the nodes' latest
+verdicts are over every run). Status reads the branch's tip; it does not verify
+signatures or history: use signet audit or signet verify for that.
 
 Exit status: 0, or 2 when the branch could not be read.`,
 		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
@@ -63,6 +78,17 @@ type statusJSON struct {
 	Tip    string             `json:"tip"`
 	Runs   []runStatusJSON    `json:"runs"`
 	Nodes  []audit.NodeStatus `json:"nodes"`
+	// Retained are the nodes a finished, non-Pass run still holds until
+	// an approved release (of the runs listed).
+	Retained []retainedNode `json:"retained,omitempty"`
+}
+
+// retainedNode is a node a finished run retains.
+type retainedNode struct {
+	Cluster string        `json:"cluster"`
+	Node    string        `json:"node"`
+	Run     string        `json:"run"`
+	Verdict specs.Verdict `json:"verdict"`
 }
 
 type runStatusJSON struct {
@@ -83,21 +109,93 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
+	now := time.Now()
+	since, err := parseSince(o.Since, now)
+	if err != nil {
+		return &usageError{err}
+	}
 	st, err := audit.Status(ctx, audit.StatusOptions{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster})
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
 	}
+	o.filter(st, since)
+	retained := retainedNodes(st.Runs)
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes}
-		now := time.Now()
+		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained}
 		for _, r := range st.Runs {
 			out.Runs = append(out.Runs, runStatusJSON{RunStatus: r, Conditions: runConditions(r, now)})
 		}
 		return o.Output.Write(w, out)
 	}
-	printStatus(w, st)
+	printStatus(w, st, retained)
 	return nil
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now;
+// zero when empty.
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time or a duration such as 24h", v)
+	}
+	return now.Add(-d), nil
+}
+
+// filter keeps the runs (and nodes) the filters name, the newest Limit.
+func (o *statusOptions) filter(st *audit.BranchStatus, since time.Time) {
+	var runs []audit.RunStatus
+	for _, r := range st.Runs {
+		if o.Profile != "" && r.Profile != o.Profile {
+			continue
+		}
+		if o.Verdict != "" && !strings.EqualFold(string(r.Verdict), o.Verdict) && !(o.Verdict == "none" && r.Verdict == "") {
+			continue
+		}
+		if !since.IsZero() && r.AdmittedAt.Before(since) {
+			continue
+		}
+		if o.Node != "" && !slices.ContainsFunc(r.Nodes, func(n audit.NodeReport) bool { return n.Node == o.Node }) {
+			continue
+		}
+		runs = append(runs, r)
+	}
+	if o.Limit > 0 && len(runs) > o.Limit {
+		sorted := slices.Clone(runs)
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].AdmittedAt.After(sorted[j].AdmittedAt) })
+		keep := map[string]bool{}
+		for _, r := range sorted[:o.Limit] {
+			keep[r.Dir] = true
+		}
+		runs = slices.DeleteFunc(runs, func(r audit.RunStatus) bool { return !keep[r.Dir] })
+	}
+	st.Runs = runs
+	if o.Node != "" {
+		st.Nodes = slices.DeleteFunc(st.Nodes, func(n audit.NodeStatus) bool { return n.Node != o.Node })
+	}
+}
+
+// retainedNodes are the non-Pass nodes of finished runs without an
+// approved release.
+func retainedNodes(runs []audit.RunStatus) []retainedNode {
+	var out []retainedNode
+	for _, r := range runs {
+		if r.Phase != evidence.PhaseDone || r.Released {
+			continue
+		}
+		for _, n := range r.Nodes {
+			if n.Verdict != specs.VerdictPass {
+				out = append(out, retainedNode{Cluster: r.Cluster, Node: n.Node, Run: r.Run, Verdict: n.Verdict})
+			}
+		}
+	}
+	return out
 }
 
 // runConditions derives Ready/Reconciling/Stalled conditions (fluxcd
@@ -129,7 +227,7 @@ func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 	return reconciler.RunConditions(r.Run, r.Phase, r.Verdict, now)
 }
 
-func printStatus(w io.Writer, st *audit.BranchStatus) {
+func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", st.Branch, st.Repo, shortRev(st.Tip))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tRUN\tPHASE\tVERDICT\tRECEIPT\tADMITTED\tNODES")
@@ -157,6 +255,22 @@ func printStatus(w io.Writer, st *audit.BranchStatus) {
 		fmt.Fprintln(tw, "\nCLUSTER\tNODE\tLATEST VERDICT\tRUN\tAT")
 		for _, n := range st.Nodes {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Cluster, n.Node, n.Verdict, n.Run, n.At.UTC().Format(time.RFC3339))
+		}
+		tw.Flush()
+	}
+	var open []string
+	for _, r := range st.Runs {
+		if r.Phase != evidence.PhaseDone {
+			open = append(open, fmt.Sprintf("%s/%s (%s)", r.Cluster, r.Run, r.Phase))
+		}
+	}
+	if len(open) > 0 {
+		fmt.Fprintf(w, "\nopen runs: %s\n", strings.Join(open, ", "))
+	}
+	if len(retained) > 0 {
+		fmt.Fprintln(tw, "\nRETAINED UNTIL AN APPROVED RELEASE\tRUN\tVERDICT")
+		for _, n := range retained {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", n.Cluster, n.Node, n.Run, n.Verdict)
 		}
 		tw.Flush()
 	}

@@ -87,3 +87,37 @@ func mustTime(t *testing.T, s string) time.Time {
 	require.NoError(t, err)
 	return v
 }
+
+// TestStatusFilters: --limit keeps the newest runs, --verdict, --profile,
+// --node and --since narrow them, a bad --since is a usage error, and
+// retained nodes are the non-Pass nodes of finished runs not released.
+func TestStatusFilters(t *testing.T) {
+	f := evidenceFixture(t)
+	runs := func(args ...string) []string {
+		t.Helper()
+		out, stderr, code := runSigningCLI(t, append([]string{"status", "--repo", f.Repo, "-o", "json"}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		var st statusJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		var ids []string
+		for _, r := range st.Runs {
+			ids = append(ids, r.Run)
+		}
+		return ids
+	}
+	assert.Equal(t, []string{"run-b"}, runs("--limit", "1"))
+	assert.Empty(t, runs("--verdict", "Fail"))
+	assert.Equal(t, []string{"run-a", "run-b"}, runs("--verdict", "pass", "--since", "24h"))
+	assert.Empty(t, runs("--since", "2999-01-01T00:00:00Z"))
+	assert.Empty(t, runs("--profile", "other"))
+	assert.Empty(t, runs("--node", "no-such-node"))
+	_, stderr, code := runSigningCLI(t, "status", "--repo", f.Repo, "--since", "yesterday")
+	assert.Equal(t, 2, code, stderr)
+
+	retained := retainedNodes([]audit.RunStatus{
+		{Cluster: "c", Run: "failed", Phase: evidence.PhaseDone, Verdict: specs.VerdictFail, Nodes: []audit.NodeReport{{Node: "a", Verdict: specs.VerdictFail}, {Node: "b", Verdict: specs.VerdictPass}}},
+		{Cluster: "c", Run: "released", Phase: evidence.PhaseDone, Released: true, Verdict: specs.VerdictError, Nodes: []audit.NodeReport{{Node: "c", Verdict: specs.VerdictError}}},
+		{Cluster: "c", Run: "open", Phase: evidence.PhaseChecking, Nodes: []audit.NodeReport{{Node: "d"}}},
+	})
+	assert.Equal(t, []retainedNode{{Cluster: "c", Node: "a", Run: "failed", Verdict: specs.VerdictFail}}, retained)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/signing"
 )
 
 func init() { addCommand(newVerifyCmd) }
@@ -24,6 +25,7 @@ type verifyOptions struct {
 	Trust   string
 	Grace   time.Duration
 	Timeout time.Duration
+	KeyIDs  bool
 	Output  outputOptions
 }
 
@@ -34,6 +36,7 @@ func (o *verifyOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.BoolVar(&o.KeyIDs, "key-ids", false, "print key ids beside the owners of signers and approvers")
 	o.Output.AddFlags(fs)
 }
 
@@ -47,10 +50,15 @@ replay the history of its directory since admission (commit signatures included)
 every document against the trust policy, every digest binding, its lifecycle order, its
 approvals and its receipt's links into the cluster's receipt chain.
 
+A verified run also prints every check's outcome per node, from its verified check
+document: the verdict's reason (exit code, deadline, missing or stale result…), the
+script's summary and measurements, the duration and, for a non-Pass, the last lines of
+its stderr. Signers and approvers are named by their owners in the trust policy.
+
 Exit status: 0 verified, 1 findings, 2 usage error or the run could not be read.`,
 		Example: "  signet verify batch-7 --repo . --trust trust.yaml --cluster east\n  signet verify batch-7 --repo . --trust trust.yaml -o json",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
@@ -73,8 +81,10 @@ func (o *verifyOptions) run(cmd *cobra.Command, run string) error {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
+	var docs *audit.RunDocuments
 	rep, err := audit.Verify(ctx, audit.VerifyOptions{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster, Run: run, Policy: policy, Grace: o.Grace,
+		Observe: func(d *audit.RunDocuments) { docs = d },
 	})
 	if err != nil {
 		if errors.Is(err, audit.ErrAmbiguousRun) {
@@ -82,13 +92,18 @@ func (o *verifyOptions) run(cmd *cobra.Command, run string) error {
 		}
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read run %s: %w", run, err))
 	}
+	// Outcomes only from a run the audit proved: with a finding, none.
+	var outs []outcome
+	if len(rep.Findings) == 0 {
+		outs = outcomesOf(docs)
+	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		if err := o.Output.Write(w, rep); err != nil {
+		if err := o.Output.Write(w, verifyJSON{RunReport: rep, Outcomes: outs}); err != nil {
 			return err
 		}
 	} else {
-		printVerify(w, rep)
+		printVerify(w, rep, outs, policy, o.KeyIDs)
 	}
 	if len(rep.Findings) > 0 {
 		return exitCode(exitAuditFindings, nil)
@@ -103,7 +118,14 @@ func orDash(s string) string {
 	return s
 }
 
-func printVerify(w io.Writer, r *audit.RunReport) {
+// verifyJSON is signet verify's JSON: the run's audit report and its
+// outcomes.
+type verifyJSON struct {
+	*audit.RunReport
+	Outcomes []outcome `json:"outcomes,omitempty"`
+}
+
+func printVerify(w io.Writer, r *audit.RunReport, outs []outcome, policy *signing.TrustPolicy, ids bool) {
 	fmt.Fprintf(w, "run %s of cluster %s: %s (phase %s)\n", r.Run, r.Cluster, orDash(string(r.Verdict)), r.Phase)
 	fmt.Fprintf(w, "directory %s\n", orDash(r.Dir))
 	if r.Profile != "" {
@@ -114,10 +136,10 @@ func printVerify(w io.Writer, r *audit.RunReport) {
 		fmt.Fprintf(w, "receipt #%d\n", r.ReceiptSequence)
 	}
 	if len(r.Signers) > 0 {
-		fmt.Fprintf(w, "signed by %s\n", strings.Join(r.Signers, ", "))
+		fmt.Fprintf(w, "signed by %s\n", strings.Join(owners(policy, r.Signers, ids), ", "))
 	}
 	if len(r.Approvers) > 0 {
-		fmt.Fprintf(w, "approved by %s\n", strings.Join(r.Approvers, ", "))
+		fmt.Fprintf(w, "approved by %s\n", strings.Join(owners(policy, r.Approvers, ids), ", "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(r.Checks) > 0 {
@@ -142,6 +164,7 @@ func printVerify(w io.Writer, r *audit.RunReport) {
 		}
 		tw.Flush()
 	}
+	printOutcomes(w, outs)
 	ok := 0
 	for _, b := range r.Bindings {
 		if b.OK {

@@ -61,6 +61,13 @@ type Options struct {
 	// Workers verifies signatures on this many goroutines;
 	// runtime.GOMAXPROCS(0) when zero.
 	Workers int
+	// Observe, when set, is called with the verified documents of every
+	// run once the audit has checked it (again if a later file reopens
+	// the run: the last call holds), from several goroutines at once.
+	// It sees documents before the whole-branch checks (receipt chain,
+	// index, copies) ran: Report.Findings, not the call, says whether a
+	// run is clean.
+	Observe func(*RunDocuments)
 }
 
 // Branch audits the evidence branch of opts.Repo, reading objects only
@@ -153,6 +160,9 @@ type auditor struct {
 	// older is the first-parent commit just before those read, when the
 	// history was read back to a run directory's first commit only.
 	older plumbing.Hash
+	// readMu serializes the blob reads of documents (Observe) when the
+	// object source is not safe for concurrent use.
+	readMu sync.Mutex
 }
 
 // closedRunBatch is how many runs with a receipt the replay lets
@@ -263,6 +273,9 @@ func (a *auditor) checkRuns(runs []*runAudit) {
 			for r := range next {
 				r.check()
 				r.checked = true
+				if a.opts.Observe != nil {
+					a.opts.Observe(r.documents())
+				}
 			}
 		})
 	}

@@ -69,8 +69,12 @@ func (r *runAudit) checkAdmission() {
 			r.add(RuleLayout, srel, "node snapshot does not decode: "+err.Error())
 			continue
 		}
-		if r.sameRun(srel, snap.Run, snap.Cluster) && (snap.Name != p.Node || snap.UID != p.UID) {
-			r.add(RuleDigestBinding, srel, fmt.Sprintf("snapshot of node %q (uid %q), admitted as %q (uid %q)", snap.Name, snap.UID, p.Node, p.UID))
+		if r.sameRun(srel, snap.Run, snap.Cluster) {
+			if snap.Name != p.Node || snap.UID != p.UID {
+				r.add(RuleDigestBinding, srel, fmt.Sprintf("snapshot of node %q (uid %q), admitted as %q (uid %q)", snap.Name, snap.UID, p.Node, p.UID))
+			} else {
+				r.snapshots[p.Node] = &snap
+			}
 		}
 		r.notBefore(rel, r.admFile, srel, f)
 	}
@@ -127,6 +131,9 @@ func (r *runAudit) decided(rel string, d signing.Decision) {
 	}
 	for _, k := range d.Keys {
 		r.approver[k] = true
+		if !slices.Contains(r.approvedBy[rel], k) {
+			r.approvedBy[rel] = append(r.approvedBy[rel], k)
+		}
 	}
 }
 
@@ -148,6 +155,7 @@ func (r *runAudit) checkChecks() {
 	var prevEv *fileRec
 	prevRel := ""
 	r.checks = make([]*evidence.CheckEvidence, len(prof))
+	r.intents = make([]*evidence.CheckIntent, len(prof))
 	for i, ck := range prof {
 		cr := CheckReport{Index: i, Name: ck.Name}
 		irel := strings.TrimPrefix(evidence.CheckIntentPath(r.dir, i, ck.Name), r.dir+"/")
@@ -164,6 +172,7 @@ func (r *runAudit) checkChecks() {
 				script, _ := r.adm.ScriptDigest(ck.Script)
 				r.bindValue(irel, "script "+ck.Script, in.ScriptDigest, script)
 				r.subjectsMatch(irel, intentF, r.subjects)
+				r.intents[i] = &in
 			}
 			r.notBefore(irel, intentF, evidence.AdmissionFile, r.admFile)
 			if i > 0 && prevEv == nil {
@@ -352,6 +361,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 	if act.Action != action {
 		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
 	}
+	r.actions[rel] = &act
 	if act.Request != r.adm.Request {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
 	}

@@ -47,11 +47,18 @@ type runAudit struct {
 	admitted bool
 	// queued for a batch check (a receipt landed); checked once done.
 	queued, checked bool
+	// What check decoded besides adm, checks, ev and receipt, kept for
+	// documents (Options.Observe) until compact.
+	snapshots  map[string]*evidence.NodeSnapshot
+	intents    []*evidence.CheckIntent
+	actions    map[string]*evidence.Action
+	approvedBy map[string][]string
 }
 
 func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec) *runAudit {
 	return &runAudit{a: a, cluster: cluster, id: id, dir: dir, files: files, bound: map[string]bool{},
-		signers: map[string]bool{}, approver: map[string]bool{}}
+		signers: map[string]bool{}, approver: map[string]bool{},
+		snapshots: map[string]*evidence.NodeSnapshot{}, actions: map[string]*evidence.Action{}, approvedBy: map[string][]string{}}
 }
 
 // compact drops what only the run's own check reads, once it is done:
@@ -70,6 +77,7 @@ func (r *runAudit) compact() {
 		f.data = nil // in a run directory only node snapshots keep their data
 	}
 	r.adm, r.ev, r.checks, r.subjects, r.bound = nil, nil, nil, nil, nil
+	r.snapshots, r.intents, r.actions, r.approvedBy = nil, nil, nil, nil
 }
 
 func (r *runAudit) add(rule, rel, msg string) {

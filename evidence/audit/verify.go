@@ -36,6 +36,10 @@ type VerifyOptions struct {
 	Policy  *signing.TrustPolicy
 	Now     time.Time
 	Grace   time.Duration
+	// Observe, when set, is called once with the run's verified
+	// documents (see Options.Observe); the report's Findings say whether
+	// the run is clean.
+	Observe func(*RunDocuments)
 }
 
 // Verify checks one run the way Branch checks every run: it finds the run
@@ -104,6 +108,9 @@ func Verify(ctx context.Context, opts VerifyOptions) (*RunReport, error) {
 		r.files[strings.TrimPrefix(p, dir+"/")] = f
 	}
 	r.check()
+	if opts.Observe != nil {
+		opts.Observe(r.documents())
+	}
 	a.findings = append(a.findings, r.findings...)
 	if r.receipt != nil {
 		a.verifyChainLinks(r, root)

@@ -1,0 +1,123 @@
+package report_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/report"
+	"signet.dev/signet/signing"
+)
+
+// benchReportRuns is the branch size of BenchmarkReport;
+// SIGNET_BENCH_REPORT_RUNS overrides it (the figure is at 10^4).
+func benchReportRuns(b *testing.B) int {
+	if s := os.Getenv("SIGNET_BENCH_REPORT_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(b, err)
+		return n
+	}
+	return 200
+}
+
+// BenchmarkReport measures signet report on a synthetic branch of N runs
+// (4 checks each, one commit per lifecycle step, as the reconciler
+// writes them), read from a packed clone as an auditor would:
+//
+//   - full: the report of N+1 runs into an empty directory;
+//   - incremental: the report of N+1 runs into the directory holding the
+//     report of the first N (one new run since), which writes only the
+//     pages that run changed;
+//   - audit: audit.Branch of the same N+1 runs, which every report runs
+//     first (it takes the documents from it).
+//
+// Metrics: the mean of each in ms, incremental/full and full/audit.
+func BenchmarkReport(b *testing.B) {
+	ctx := b.Context()
+	key, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
+	require.NoError(b, err)
+	approver, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
+	require.NoError(b, err)
+	n := benchReportRuns(b)
+	s, err := evidencetest.Synthesize(ctx, b.TempDir(), n+1, 4, key, approver)
+	require.NoError(b, err)
+	repo := filepath.Join(b.TempDir(), "clone.git")
+	_, err = evidencetest.Git("", nil, "clone", "-q", "--bare", "--no-local", s.Remote, repo)
+	require.NoError(b, err)
+	c := &evidencetest.Copy{Dir: repo}
+	tip, err := c.Tip()
+	require.NoError(b, err)
+	last := "run-" + pad(n)
+	adm, err := c.Find("/" + last + "/" + evidence.AdmissionFile)
+	require.NoError(b, err)
+	landed, err := c.Landed(adm)
+	require.NoError(b, err)
+	before, err := c.Git("rev-parse", landed+"^")
+	require.NoError(b, err)
+	ref := "refs/heads/" + evidencetest.Branch
+	at := func(commit string) {
+		_, err := c.Git("update-ref", ref, commit)
+		require.NoError(b, err)
+	}
+	opts := func(out string) report.Options { return report.Options{Repo: repo, Policy: s.Policy, Out: out} }
+	b.Logf("%d+1 runs, %d signed documents", n, s.Documents)
+
+	var full, incr, aud time.Duration
+	dir := b.TempDir()
+	i := 0
+	for b.Loop() {
+		i++
+		out := filepath.Join(dir, strconv.Itoa(i))
+		b.StopTimer()
+		at(before)
+		res, err := report.Build(ctx, opts(out))
+		require.NoError(b, err)
+		require.Empty(b, res.Audit.Findings)
+		at(tip)
+		b.StartTimer()
+
+		t0 := time.Now()
+		res, err = report.Build(ctx, opts(out))
+		incr += time.Since(t0)
+		require.NoError(b, err)
+		// The index, the new run's page, its node's, its profile's, the
+		// archive page listing it (and, when it opens a new archive page,
+		// the link to it on the one before).
+		require.LessOrEqual(b, len(res.Changed), 6, "%v", res.Changed)
+
+		t0 = time.Now()
+		_, err = report.Build(ctx, opts(out+"-full"))
+		full += time.Since(t0)
+		require.NoError(b, err)
+
+		t0 = time.Now()
+		_, err = audit.Branch(ctx, audit.Options{Repo: repo, Policy: s.Policy})
+		aud += time.Since(t0)
+		require.NoError(b, err)
+		b.StopTimer()
+		require.NoError(b, os.RemoveAll(out))
+		require.NoError(b, os.RemoveAll(out+"-full"))
+		b.StartTimer()
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(i) }
+	b.ReportMetric(ms(full), "full-ms")
+	b.ReportMetric(ms(incr), "incremental-ms")
+	b.ReportMetric(ms(aud), "audit-ms")
+	b.ReportMetric(float64(incr)/float64(full), "incremental/full")
+	b.ReportMetric(float64(full)/float64(aud), "full/audit")
+}
+
+func pad(i int) string {
+	s := strconv.Itoa(i)
+	for len(s) < 6 {
+		s = "0" + s
+	}
+	return s
+}

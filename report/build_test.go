@@ -1,0 +1,140 @@
+package report_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/report"
+)
+
+// readTree returns every file under dir by relative path.
+func readTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(rel)] = string(b)
+		return err
+	}))
+	return out
+}
+
+// TestReportDeterministicAndIncremental: the same branch gives the same
+// bytes in a new directory and writes nothing the second time in the
+// same one; after one new run, only the pages that run changes are
+// written (index, the archive page that lists it, its run, its node, its
+// profile).
+func TestReportDeterministicAndIncremental(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b", "run-c")
+	require.NoError(t, err)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	tip, err := c.Tip()
+	require.NoError(t, err)
+	adm, err := c.Find("/run-c/" + evidence.AdmissionFile)
+	require.NoError(t, err)
+	landed, err := c.Landed(adm)
+	require.NoError(t, err)
+	before, err := c.Git("rev-parse", landed+"^")
+	require.NoError(t, err)
+	ref := "refs/heads/" + evidencetest.Branch
+
+	out := filepath.Join(t.TempDir(), "site")
+	_, err = c.Git("update-ref", ref, before)
+	require.NoError(t, err)
+	first, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	require.Empty(t, first.Audit.Findings)
+	assert.Equal(t, first.Pages, first.Written)
+	assert.NotContains(t, readTree(t, out), "runs/fixture/run-c.html")
+
+	_, err = c.Git("update-ref", ref, tip)
+	require.NoError(t, err)
+	second, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"index.html", "nodes/fixture/localhost.html", "profiles/quick.html", "runs-1.html", "runs/fixture/run-c.html"}, second.Changed)
+
+	again, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	assert.Empty(t, again.Changed, "nothing changed, nothing written")
+
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	_, err = report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: fresh})
+	require.NoError(t, err)
+	assert.Equal(t, readTree(t, out), readTree(t, fresh), "same branch, same bytes")
+}
+
+// TestReportWithholdsRunsWithFindings: a run whose evidence was forged
+// (re-signed with the evidence key, so it verifies, but is not the
+// summary of its checks) gets a page with the audit's findings and none
+// of its documents; a stray file in the output directory is left alone.
+func TestReportWithholdsRunsWithFindings(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b")
+	require.NoError(t, err)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	p, err := c.Find("/run-b/" + evidence.EvidenceFile)
+	require.NoError(t, err)
+	raw, err := c.Read("refs/heads/"+evidencetest.Branch, p)
+	require.NoError(t, err)
+	forged, err := evidencetest.Resign(raw, f.Reconciler, func(pred map[string]any) { pred["verdict"] = "Inconclusive" })
+	require.NoError(t, err)
+	at, err := c.Landed(p)
+	require.NoError(t, err)
+	_, err = c.Rewrite(at, map[string][]byte{p: forged})
+	require.NoError(t, err)
+
+	out := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(out, "keep.txt"), []byte("mine"), 0o644))
+	res, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	var rules []string
+	for _, fd := range res.Audit.Findings {
+		require.Equal(t, "run-b", fd.Run, "%s", fd)
+		rules = append(rules, fd.Rule)
+	}
+	require.Contains(t, rules, audit.RuleRunSummary)
+	site := readTree(t, out)
+	page := site["runs/fixture/run-b.html"]
+	assert.Contains(t, page, `id="withheld"`)
+	assert.Contains(t, page, audit.RuleRunSummary)
+	assert.NotContains(t, page, `id="matrix"`, "no matrix from a run the audit did not prove")
+	// The forged verdict appears only inside the findings that refute it.
+	assert.NotContains(t, page, "v-inconclusive", "no verdict shown from the forged document")
+	assert.NotContains(t, site["index.html"], "v-inconclusive")
+	assert.Contains(t, site["runs/fixture/run-a.html"], `id="matrix"`, "the clean run is shown")
+	assert.Equal(t, "mine", site["keep.txt"])
+	assert.Contains(t, site["index.html"], "unproven (latest run withheld)", "run-a's Pass does not certify the node past run-b")
+	assert.True(t, strings.Contains(site["index.html"], "withheld"))
+}
+
+// TestReportWithholdsEveryRunOnBranchFindings: a finding about the branch
+// itself (here a file outside the evidence layout) withholds every run.
+func TestReportWithholdsEveryRunOnBranchFindings(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a")
+	require.NoError(t, err)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	_, err = c.Append(map[string][]byte{"stray.txt": []byte("not evidence\n")})
+	require.NoError(t, err)
+	out := t.TempDir()
+	res, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Audit.Findings)
+	site := readTree(t, out)
+	assert.Contains(t, site["index.html"], "concern the branch itself")
+	assert.Contains(t, site["runs/fixture/run-a.html"], `id="withheld"`)
+	assert.NotContains(t, site["runs/fixture/run-a.html"], `id="matrix"`, "a branch finding withholds every run")
+}

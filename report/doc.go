@@ -1,0 +1,19 @@
+// Package report writes signet's static HTML report of an evidence branch
+// (signet report): a fleet index, one page per run, per node and per
+// profile, self-contained (no script, nothing fetched from the network),
+// readable in light and dark mode and on a narrow screen.
+//
+// Every number on it comes from the audit: Build runs audit.Branch and
+// takes the documents it verified through audit.Options.Observe; nothing
+// is parsed a second way. What it refuses to do:
+//   - write a page from a document that did not verify: a run that any
+//     finding names, or every run when the branch itself has a finding
+//     (history, commit signatures, a pin), is shown withheld, with the
+//     audit's findings instead of its verdicts;
+//   - depend on when it runs: the same branch gives the same bytes (times
+//     are the documents' own, "as of" is the latest time a verified
+//     document states), so a second report after one new run rewrites
+//     only the pages that changed (a manifest lists what it wrote);
+//   - touch anything in the output directory that its manifest does not
+//     list.
+package report

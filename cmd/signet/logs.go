@@ -53,8 +53,8 @@ binds it by digest; a run with any finding prints the findings and no log.
 Exit status (signet help exit-codes): 0 printed, 1 the run has findings, 2 usage or
 I/O error (the run could not be read, no log matches).`,
 		Example: "  signet logs batch-7 --repo . --trust trust.yaml\n  signet logs batch-7 --repo . --trust trust.yaml --check nccl --node gpu-node-1 --stream stderr",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

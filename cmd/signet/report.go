@@ -57,8 +57,8 @@ second report rewrites only the files that changed. Prints the path of the index
 Exit status: 0 clean, 1 the audit has findings (the report shows them), 2 usage error or
 the branch could not be read.`,
 		Example: "  signet report --repo . --trust trust.yaml --out report/\n  signet report --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml --out /srv/signet-report",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

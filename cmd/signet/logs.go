@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -87,20 +85,9 @@ func (o *logsOptions) run(cmd *cobra.Command, run string) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	if o.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-	}
-	var docs *audit.RunDocuments
-	rep, err := audit.Verify(ctx, audit.VerifyOptions{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster, Run: run, Policy: policy,
-		Observe: func(d *audit.RunDocuments) { docs = d }})
+	rep, docs, err := verifyRun(cmd.Context(), o.Timeout, audit.VerifyOptions{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster, Run: run, Policy: policy})
 	if err != nil {
-		if errors.Is(err, audit.ErrAmbiguousRun) {
-			return exitCode(exitAuditUsage, fmt.Errorf("%w (pass --cluster)", err))
-		}
-		return exitCode(exitAuditUsage, fmt.Errorf("could not read run %s: %w", run, err))
+		return err
 	}
 	if len(rep.Findings) > 0 {
 		errw := cmd.ErrOrStderr()

@@ -75,22 +75,11 @@ func (o *verifyOptions) run(cmd *cobra.Command, run string) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	if o.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-	}
-	var docs *audit.RunDocuments
-	rep, err := audit.Verify(ctx, audit.VerifyOptions{
+	rep, docs, err := verifyRun(cmd.Context(), o.Timeout, audit.VerifyOptions{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Cluster: o.Cluster, Run: run, Policy: policy, Grace: o.Grace,
-		Observe: func(d *audit.RunDocuments) { docs = d },
 	})
 	if err != nil {
-		if errors.Is(err, audit.ErrAmbiguousRun) {
-			return exitCode(exitAuditUsage, fmt.Errorf("%w (pass --cluster)", err))
-		}
-		return exitCode(exitAuditUsage, fmt.Errorf("could not read run %s: %w", run, err))
+		return err
 	}
 	// Outcomes only from a run the audit proved: with a finding, none.
 	var outs []outcome
@@ -187,4 +176,25 @@ func printVerify(w io.Writer, r *audit.RunReport, outs []outcome, policy *signin
 	for _, f := range r.Findings {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
+}
+
+// verifyRun verifies one run as signet verify does (audit.Verify, bounded
+// by timeout when positive) and returns its report with the documents the
+// audit decoded and verified; an unreadable or ambiguous run is exitUsage.
+func verifyRun(ctx context.Context, timeout time.Duration, vo audit.VerifyOptions) (*audit.RunReport, *audit.RunDocuments, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var docs *audit.RunDocuments
+	vo.Observe = func(d *audit.RunDocuments) { docs = d }
+	rep, err := audit.Verify(ctx, vo)
+	if err != nil {
+		if errors.Is(err, audit.ErrAmbiguousRun) {
+			return nil, nil, exitCode(exitAuditUsage, fmt.Errorf("%w (pass --cluster)", err))
+		}
+		return nil, nil, exitCode(exitAuditUsage, fmt.Errorf("could not read run %s: %w", vo.Run, err))
+	}
+	return rep, docs, nil
 }

@@ -5,6 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin
+# gdb and strace: the local backend's isolation tests attack one check from
+# another by ptrace (reconciler/local, cmd/signet isolation tests).
+missing=()
+for t in gdb strace; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "tools: ${missing[*]} not on PATH; running: apt-get update && apt-get install -y ${missing[*]}" >&2
+  SUDO=
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+fi
 COSIGN_VERSION=v2.6.5
 if [ ! -x bin/cosign ] || [ "$(cat bin/.cosign-version 2>/dev/null)" != "$COSIGN_VERSION" ]; then
   echo "building cosign $COSIGN_VERSION into bin/ (once)" >&2

@@ -210,6 +210,18 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 	}
 	if len(ob.foreign) > 0 {
 		ob.gone = "pods labelled as MPIJob " + name + "'s that it does not control: " + strings.Join(ob.foreign, "; ")
+		// A job deleted while this poll listed its pods takes its launcher
+		// Job first: say that, the cause, rather than the orphans it
+		// leaves for a moment. Either way the check is not a Pass.
+		again, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			ob.gone = "MPIJob " + name + " was deleted behind signet's back"
+		case err == nil && string(again.GetUID()) != uid:
+			ob.gone = fmt.Sprintf("MPIJob %s was replaced behind signet's back (uid %s, created as %s)", name, again.GetUID(), uid)
+		case err == nil && again.GetDeletionTimestamp() != nil:
+			ob.gone = "MPIJob " + name + " is being deleted behind signet's back"
+		}
 		return ob, nil
 	}
 	switch len(launchers) {

@@ -81,6 +81,10 @@ func ReadEncoded(o plumbing.EncodedObject, limit int64) ([]byte, error) {
 var maxObjectSize int64 = 1 << 30
 
 func checkSize(size, limit int64) error {
+	if size < 0 {
+		// A pack header's size varint can reach bit 63.
+		return fmt.Errorf("size %d is negative", size)
+	}
 	if size > maxObjectSize || (limit > 0 && size > limit) {
 		return fmt.Errorf("%d bytes is more than an evidence object may hold", size)
 	}

@@ -64,6 +64,18 @@ func assertNoPass(t *testing.T, c *backend.CheckRun, rep *backend.CheckReport) {
 	}
 }
 
+// assertRefusedBy is assertNoPass, and every participant's reason names
+// the rule under test (want): several rules refuse most forgeries, and one
+// of them refusing must not hide that another is gone.
+func assertRefusedBy(t *testing.T, c *backend.CheckRun, rep *backend.CheckReport, want string) {
+	t.Helper()
+	assertNoPass(t, c, rep)
+	for _, pr := range rep.Participants {
+		out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+		assert.Contains(t, out.Reason, want, "%s: not refused by the rule under test", pr.Node)
+	}
+}
+
 // mpiFindingEnv is a control plane with the MPIJob CRD, the operator
 // stand-in and an agent that runs the signet, workload and attacker images;
 // gpu-1 and gpu-2 are reserved for run.
@@ -132,7 +144,7 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	}
 	// attack runs check run (its script fails) and calls during once its
 	// MPIJob exists, with the job's owner reference.
-	attack := func(t *testing.T, run string, before, during func(name string, owner []metav1.OwnerReference, c *backend.CheckRun)) {
+	attack := func(t *testing.T, run, want string, before, during func(name string, owner []metav1.OwnerReference, c *backend.CheckRun)) {
 		c := mpiCheckRun(run, mpiPassScript("Fail", 1), 30*time.Second, slices.Clone(parts)...)
 		c.IntentAt = time.Now()
 		name := MPIJobName(c.Run, c.Index)
@@ -154,7 +166,7 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 			Name: name, UID: job.GetUID(), Controller: &yes}}, c)
 		select {
 		case rep := <-done:
-			assertNoPass(t, c, rep)
+			assertRefusedBy(t, c, rep, want)
 		case <-time.After(60 * time.Second):
 			t.Fatal("Run did not return")
 		}
@@ -164,7 +176,7 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	t.Run("unowned workers and launcher", func(t *testing.T) {
 		// The attack: workers made first (the operator then
 		// refuses to build the job), a launcher once the job exists.
-		attack(t, "forged", func(name string, _ []metav1.OwnerReference, c *backend.CheckRun) {
+		attack(t, "forged", "role worker) has no controller", func(name string, _ []metav1.OwnerReference, c *backend.CheckRun) {
 			for i := range parts {
 				_, err := pods.Create(ctx, worker(name, i, nil), metav1.CreateOptions{})
 				require.NoError(t, err)
@@ -177,16 +189,23 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	})
 
 	t.Run("workers claiming the job, launcher without its Job", func(t *testing.T) {
-		// The operator is behind; the workers name the MPIJob as their
-		// controller (owner references are the creator's to write); the
-		// launcher has no controller.
-		attack(t, "forged-b", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
+		// The operator is behind; the workers are what it would make from
+		// the job's Worker template and name the MPIJob as their controller
+		// (owner references are the creator's to write); the launcher has
+		// no controller. Only the launcher chain tells it apart.
+		attack(t, "forged-b", "role launcher) has no controller", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
+			job, err := env.Dynamic().Resource(MPIJobGVR).Namespace("signet").Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			wtpl := mpiTemplate(t, job, "Worker")
 			for i := range parts {
-				_, err := pods.Create(ctx, worker(name, i, owner), metav1.CreateOptions{})
+				w := worker(name, i, owner)
+				w.Spec = *wtpl.Spec.DeepCopy()
+				w.Spec.NodeName = parts[i].Node
+				_, err := pods.Create(ctx, w, metav1.CreateOptions{})
 				require.NoError(t, err)
 			}
 			tpl := launcher(c, name)
-			_, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-launcher-forged", Labels: tpl.Labels}, Spec: tpl.Spec}, metav1.CreateOptions{})
+			_, err = pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-launcher-forged", Labels: tpl.Labels}, Spec: tpl.Spec}, metav1.CreateOptions{})
 			require.NoError(t, err)
 		})
 	})
@@ -195,7 +214,7 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 		// The operator is behind; a batch/v1 Job names the MPIJob as its
 		// controller and the real Job controller makes the launcher pod;
 		// the workers have no controller.
-		attack(t, "forged-c", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
+		attack(t, "forged-c", "role worker) has no controller", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
 			for i := range parts {
 				_, err := pods.Create(ctx, worker(name, i, nil), metav1.CreateOptions{})
 				require.NoError(t, err)
@@ -244,9 +263,8 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 		}, 60*time.Second, 100*time.Millisecond)
 		rep, found, err := e.b.Adopt(t.Context(), c)
 		require.NoError(t, err)
-		if found {
-			assertNoPass(t, c, rep)
-		}
+		require.True(t, found, "the check's pods exist")
+		assertRefusedBy(t, c, rep, "is not the pod signet created: differs from the rendered pod")
 	})
 
 	t.Run("mpijob backend: a job made before the intent", func(t *testing.T) {
@@ -286,6 +304,7 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 		if found {
 			assertNoPass(t, c, rep)
 		}
+		assert.False(t, found, "a job made before the intent was adopted")
 	})
 }
 
@@ -379,6 +398,6 @@ func TestFinding21_5MutatedAtAdmission(t *testing.T) {
 	require.NoError(t, err)
 	assertNoPass(t, c, rep)
 	for _, pr := range rep.Participants {
-		assert.Contains(t, pr.Termination.Reason, "as admitted differs from the rendered pod")
+		assert.Contains(t, pr.Termination.Reason, "as admitted differs from the rendered pod", "not refused at admission")
 	}
 }

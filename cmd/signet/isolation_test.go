@@ -26,8 +26,14 @@ import (
 // returns its exit status, stdout and stderr.
 func signetRun(t *testing.T, repo *testenv.Repo, keys *testenv.Keys, request, cluster, state string) (int, string, string) {
 	t.Helper()
-	args := []string{"run", "--repo", repo.Dir, "--request", request, "--trust", keys.TrustFile, "--key", keys.ReconcilerFile,
-		"--cluster", cluster, "--state-dir", state}
+	return signetExec(t, "run", "--repo", repo.Dir, "--request", request, "--trust", keys.TrustFile, "--key", keys.ReconcilerFile,
+		"--cluster", cluster, "--state-dir", state)
+}
+
+// signetExec runs the signet binary with args and returns its exit status,
+// stdout and stderr; a failure to start it fails the test.
+func signetExec(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), testenv.Signet(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

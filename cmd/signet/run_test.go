@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -63,28 +60,18 @@ func TestRunCommand(t *testing.T) {
 			if row.json {
 				args = append(args, "--output", "json")
 			}
-			cmd := exec.CommandContext(t.Context(), testenv.Signet(t), args...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else {
-				require.NoError(t, err)
-			}
-			assert.Equal(t, row.code, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-			assert.Contains(t, stdout.String(), row.stdout)
-			assert.Contains(t, stderr.String(), row.stderr)
+			code, stdout, stderr := signetExec(t, args...)
+			assert.Equal(t, row.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			assert.Contains(t, stdout, row.stdout)
+			assert.Contains(t, stderr, row.stderr)
 			if row.json {
 				var st reconciler.RunStatus
-				require.NoError(t, json.Unmarshal(stdout.Bytes(), &st), stdout.String())
+				require.NoError(t, json.Unmarshal([]byte(stdout), &st), stdout)
 				assert.Equal(t, row.verdict, st.Verdict)
 				require.Len(t, st.Checks, 1)
 				assert.Equal(t, row.name, st.Checks[0].Name)
 			} else if row.approve {
-				assert.Contains(t, stdout.String(), "CHECK")
+				assert.Contains(t, stdout, "CHECK")
 			}
 		})
 	}

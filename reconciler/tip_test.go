@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
@@ -59,21 +57,7 @@ func TestFinding6RestartKeepsTipInConfigMap(t *testing.T) {
 	k := kubetest.Start(t)
 	ctx := t.Context()
 	const ns, name = "signet-system", "signet-evidence-tip"
-	_, err := k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = k.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = k.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "tip"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = k.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tip"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tip"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "signet-reconciler"}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	k.OwnConfigMap(t, ns, name, "signet-reconciler")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, k.Kubeconfig("signet-reconciler"), 0o600))
 	kept := func() string {
@@ -100,7 +84,7 @@ func TestFinding6RestartKeepsTipInConfigMap(t *testing.T) {
 	e.passingRequest("second")
 	cfg.StateDir = filepath.Join(t.TempDir(), "fresh")
 	var log bytes.Buffer
-	_, err = e.tryBuild(cfg, reconciler.Options{AcceptCurrentTip: true}, &log)
+	_, err := e.tryBuild(cfg, reconciler.Options{AcceptCurrentTip: true}, &log)
 	require.ErrorIs(t, err, evidence.ErrRolledBack, "the tip kept in the ConfigMap outlives StateDir; accepting a tip never overrides it")
 	assert.Equal(t, rolled, e.evidenceTip(""), "nothing written")
 	assert.Equal(t, tip, kept(), "the kept tip is not moved back")

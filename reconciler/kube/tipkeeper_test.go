@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
@@ -26,22 +24,7 @@ const tipNamespace, tipName = "signet-system", "signet-evidence-tip"
 // does); it returns a keeper acting as that identity.
 func tipObject(t *testing.T, env *kubetest.Env) *TipKeeper {
 	t.Helper()
-	ctx := t.Context()
-	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tipNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = env.Client.CoreV1().ConfigMaps(tipNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: tipName}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = env.Client.RbacV1().Roles(tipNamespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "tip"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{tipName}, Verbs: []string{"get", "update"}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = env.Client.RbacV1().RoleBindings(tipNamespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tip"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tip"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "signet-reconciler"}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	env.OwnConfigMap(t, tipNamespace, tipName, "signet-reconciler")
 	return NewTipKeeper(env.ClientFor("signet-reconciler"), tipNamespace, tipName)
 }
 

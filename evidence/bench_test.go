@@ -130,33 +130,21 @@ func nextRun() []File {
 
 // BenchmarkAppend measures Store.Append of one run, whole: the tree
 // rewrite, the signed commit, the compare-and-swap push of only the new
-// objects to a bare repository on local disk (stock git-receive-pack),
+// objects to a bare repository on local disk,
 // the mirror and the remembered tip (fsync). The "commit" variant stops
 // before the push: the local work, comparable to git fast-import.
+//
+// The remote is written in process (gitobj's local push); the
+// "receive-pack" variant gives the remote a no-op pre-receive hook, which
+// sends the push through stock git-receive-pack as before.
 func BenchmarkAppend(b *testing.B) {
 	bases := newBaseRepos(b)
-	for _, runs := range benchSizes {
-		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
-			base := bases.get(b, runs)
-			remote := filepath.Join(b.TempDir(), "remote.git")
-			copyRepo(b, base, remote)
-			s := benchStore(b, base, remote)
-			// Warm up: the first read of a big pack builds go-git's
-			// offset index once per process (about a second at 10^5 runs).
-			_, err := s.Append(b.Context(), "warm-up", nextRun())
-			require.NoError(b, err)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var cpu cpuMeter
-			for b.Loop() {
-				files := nextRun()
-				cpu.start()
-				_, err := s.Append(b.Context(), "bench", files)
-				cpu.stop()
-				require.NoError(b, err)
-			}
-			cpu.report(b)
-		})
+	for _, variant := range []string{"", "receive-pack/"} {
+		for _, runs := range benchSizes {
+			b.Run(fmt.Sprintf("%sruns=%d", variant, runs), func(b *testing.B) {
+				benchmarkAppend(b, bases.get(b, runs), variant != "")
+			})
+		}
 	}
 	for _, runs := range benchSizes {
 		b.Run(fmt.Sprintf("commit/runs=%d", runs), func(b *testing.B) {
@@ -188,6 +176,32 @@ func BenchmarkAppend(b *testing.B) {
 			cpu.report(b)
 		})
 	}
+}
+
+// benchmarkAppend measures Store.Append on a copy of base; through
+// stock receive-pack when receivePack is set.
+func benchmarkAppend(b *testing.B, base string, receivePack bool) {
+	remote := filepath.Join(b.TempDir(), "remote.git")
+	copyRepo(b, base, remote)
+	if receivePack {
+		require.NoError(b, os.WriteFile(filepath.Join(remote, "hooks", "pre-receive"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	}
+	s := benchStore(b, base, remote)
+	// Warm up: the first read of a big pack builds go-git's
+	// offset index once per process (about a second at 10^5 runs).
+	_, err := s.Append(b.Context(), "warm-up", nextRun())
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var cpu cpuMeter
+	for b.Loop() {
+		files := nextRun()
+		cpu.start()
+		_, err := s.Append(b.Context(), "bench", files)
+		cpu.stop()
+		require.NoError(b, err)
+	}
+	cpu.report(b)
 }
 
 // fastImportStream is the same append as a git fast-import stream.

@@ -22,7 +22,9 @@
 //   - replace: a Builder change to a path its base tree holds fails with
 //     ErrExists; every other entry keeps its hash, byte for byte;
 //   - force: a push is a compare-and-swap from the old value in the
-//     receive-pack update command (a *MovedError when the ref moved);
+//     receive-pack update command, or, written in process to a local
+//     repository no hook watches, under the ref's git lock file (a
+//     *MovedError when the ref moved or is locked);
 //   - send what the remote has: a push carries exactly the objects a
 //     Builder created (go-git's Remote.Push walks everything reachable
 //     from the remote's refs, go-git issue #1102, so Remote speaks

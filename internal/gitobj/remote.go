@@ -323,7 +323,13 @@ func (e *MovedError) Error() string { return "remote branch moved: " + e.Status 
 // the remote refuses it when ref is anywhere else (a *MovedError). It
 // never forces. A *RemoteError of kind ErrUnreachable leaves unknown
 // whether the update landed.
+//
+// A local repository that a push would run no hook in is written in
+// process (localpush.go), with the same compare-and-swap and errors.
 func (r *Remote) Push(ctx context.Context, st storer.EncodedObjectStorer, ref plumbing.ReferenceName, old, new plumbing.Hash, objs []plumbing.Hash) (err error) {
+	if repo, ok := r.localRepoFor(ref); ok && !new.IsZero() && (!repo.fastForwardOnly || fastForward(st, old, new)) {
+		return r.pushLocal(ctx, repo, st, ref, old, new, objs)
+	}
 	sess, err := r.client.NewReceivePackSession(r.ep, r.auth)
 	if err != nil {
 		return r.fail(ctx, "push", err)

@@ -46,11 +46,16 @@ var kustomizationNames = []string{"kustomization.yaml", "kustomization.yml", "Ku
 // Data is the document's raw bytes, without its "---" marker line; Line
 // is the 1-based line of File where Data starts (0 when unknown: kustomize
 // output).
+//
+// Origin, for kustomize output, is the source file and document it came
+// from, when kustomize's origin annotations and the document's kind and
+// name tell; its findings point there.
 type SourceDocument struct {
-	File  string
-	Index int
-	Data  []byte
-	Line  int
+	File   string
+	Index  int
+	Data   []byte
+	Line   int
+	Origin *DocumentOrigin
 }
 
 // ManifestError says why a spec path could not be read: File is the
@@ -382,28 +387,75 @@ func loadKustomize(fsys fs.FS, dir, kfile string) ([]SourceDocument, error) {
 			return nil, &ManifestError{File: p, Err: err}
 		}
 	}
-	out, err := runKustomize(mem, path.Join("/", dir))
+	// Findings point at the source files: kustomize records where each
+	// resource came from when the top kustomization asks for origin
+	// annotations. Asked for here (in memory only) and removed from the
+	// output, so the rendered documents are byte for byte what they are
+	// without; a kustomization that asks for them itself keeps them.
+	asked, err := askOrigins(mem, kfile, in.files[kfile])
+	if err != nil {
+		return nil, &ManifestError{File: kfile, Err: err}
+	}
+	out, origins, err := runKustomize(mem, path.Join("/", dir), asked)
 	if err != nil {
 		return nil, &ManifestError{File: kfile, Err: err}
 	}
 	if len(out) > MaxSpecBytes {
 		return nil, &ManifestError{File: kfile, Err: fmt.Errorf("%w: kustomize produced more than %d bytes", ErrSpecTooLarge, MaxSpecBytes)}
 	}
+	segs := SplitDocuments(out)
+	if len(origins) != len(segs) {
+		origins = nil
+	}
 	var docs []SourceDocument
-	for i, doc := range SplitDocuments(out) {
-		docs = append(docs, SourceDocument{File: KustomizeFilePrefix + kfile, Index: i, Data: doc})
+	for i, doc := range segs {
+		d := SourceDocument{File: KustomizeFilePrefix + kfile, Index: i, Data: doc}
+		if origins != nil && origins[i] != "" {
+			if src, ok := in.files[origins[i]]; ok {
+				d.Origin = findOrigin(origins[i], src, doc)
+			}
+		}
+		docs = append(docs, d)
 	}
 	return docs, nil
 }
 
+// askOrigins adds originAnnotations to the buildMetadata of the
+// kustomization kfile (data) in mem, unless it sets buildMetadata itself.
+// It reports whether it did, so that the annotations are removed again.
+func askOrigins(mem filesys.FileSystem, kfile string, data []byte) (bool, error) {
+	// Edited as a node tree, so that every other scalar keeps its text
+	// and style (a map round trip would turn a label "1.10" into 1.1).
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return false, nil // kustomize reports what is wrong with it
+	}
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value == "buildMetadata" {
+			return false, nil
+		}
+	}
+	top.Content = append(top.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "buildMetadata"},
+		&yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: "originAnnotations"}}})
+	b, err := yaml.Marshal(&doc)
+	if err != nil {
+		return false, nil
+	}
+	return true, mem.WriteFile(path.Join("/", kfile), b)
+}
+
 // runKustomize builds dir of mem with krusty, plugins off and the
-// root-only load restrictor, and returns its YAML output. A panic inside
+// root-only load restrictor, and returns its YAML output and the
+// repo-relative source file of each resource (see resourceOrigins),
+// without the origin annotations when removeOrigins is set. A panic inside
 // kustomize is returned as an error: hostile input must not stop the
 // reconciler.
-func runKustomize(mem filesys.FileSystem, dir string) (out []byte, err error) {
+func runKustomize(mem filesys.FileSystem, dir string, removeOrigins bool) (out []byte, origins []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("kustomize build: panic: %v", r)
+			out, origins, err = nil, nil, fmt.Errorf("kustomize build: panic: %v", r)
 		}
 	}()
 	opts := krusty.MakeDefaultOptions()
@@ -411,13 +463,19 @@ func runKustomize(mem filesys.FileSystem, dir string) (out []byte, err error) {
 	opts.LoadRestrictions = ktypes.LoadRestrictionsRootOnly
 	m, err := krusty.MakeKustomizer(opts).Run(mem, dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build: %w", err)
+		return nil, nil, fmt.Errorf("kustomize build: %w", err)
+	}
+	origins = resourceOrigins(m, strings.TrimPrefix(dir, "/"))
+	if removeOrigins {
+		if err := m.RemoveOriginAnnotations(); err != nil {
+			return nil, nil, fmt.Errorf("kustomize output: %w", err)
+		}
 	}
 	out, err = m.AsYaml()
 	if err != nil {
-		return nil, fmt.Errorf("kustomize output: %w", err)
+		return nil, nil, fmt.Errorf("kustomize output: %w", err)
 	}
-	return out, nil
+	return out, origins, nil
 }
 
 // walk checks the kustomization kfile of directory kdir and every

@@ -81,7 +81,11 @@ func parseSource(doc SourceDocument) (*Object, claim, []Finding) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, claim{}, []Finding{{File: doc.File, Document: doc.Index, Line: doc.Line, Column: min(doc.Line, 1), Message: "holds more than one YAML document"}}
 	}
-	return parseNode(doc.File, doc.Index, lineOffset(doc), &n)
+	o, cl, fs := parseNode(doc.File, doc.Index, lineOffset(doc), &n)
+	if doc.Origin != nil {
+		o, fs = doc.Origin.remap(o, fs)
+	}
+	return o, cl, fs
 }
 
 // lineOffset is how many lines of doc.File come before doc.Data.

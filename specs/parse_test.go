@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 func TestParseDocumentsReportsEachBadDocumentByIndex(t *testing.T) {
@@ -238,4 +239,77 @@ func FuzzParseDocuments(f *testing.F) {
 			require.NotEmpty(t, fd.Message)
 		}
 	})
+}
+
+// TestFindingsPointAtKustomizeSources: findings of a spec path built by
+// kustomize name the source file and line of the object (found through
+// kustomize's origin annotations), through a base, a namePrefix and a
+// patch, not the kustomization's output; the rendered documents stay
+// byte for byte what kustomize makes without the annotations.
+func TestFindingsPointAtKustomizeSources(t *testing.T) {
+	fsys := fstest.MapFS{
+		"bundles/ok/check.sh":     {Data: []byte("#!/bin/sh\n")},
+		"base/kustomization.yaml": {Data: []byte("resources:\n- profile.yaml\n- requests.yaml\n")},
+		"base/profile.yaml": {Data: []byte(`apiVersion: signet.dev/v1alpha1
+kind: CertificationProfile
+metadata:
+  name: p
+spec:
+  bundle:
+    path: bundles/ok
+    digest: sha256:0000000000000000000000000000000000000000000000000000000000000000
+  participants: {min: 1, max: 1}
+  checks:
+  - name: one
+    script: check.sh
+    backend: local
+    deadlien: 60s
+`)},
+		"base/requests.yaml": {Data: []byte(`apiVersion: signet.dev/v1alpha1
+kind: CertificationRequest
+metadata:
+  name: fine
+spec:
+  profile: p
+  nodes: [b]
+---
+apiVersion: signet.dev/v1alpha1
+kind: CertificationRequest
+metadata:
+  name: r
+spec:
+  profile: p
+  nodes: [a, a]
+`)},
+		"overlay/kustomization.yaml": {Data: []byte("resources:\n- ../base\nnamePrefix: prod-\ncommonAnnotations: {version: \"1.10\", build: \"007\"}\npatches:\n- patch: |-\n    - {op: add, path: /metadata/labels, value: {team: gpu}}\n  target: {kind: CertificationRequest}\n")},
+	}
+	r, err := Render(fsys, "overlay")
+	require.NoError(t, err)
+	var got []string
+	for _, f := range r.Findings {
+		got = append(got, f.String())
+	}
+	assert.Contains(t, got, `base/profile.yaml:14:5: spec.checks[0].deadlien: unknown field; did you mean "deadline"?`)
+	assert.Contains(t, got, `base/requests.yaml:15:14: spec.nodes[1]: "a" is also spec.nodes[0]`)
+	// namePrefix renamed the profile, not the requests' references to it.
+	assert.Contains(t, got, `base/requests.yaml:6:3: spec.profile: no CertificationProfile "p" in this rendering`)
+	assert.Contains(t, got, `base/requests.yaml:14:3: spec.profile: no CertificationProfile "p" in this rendering`)
+
+	// The annotations asked for are gone from what is rendered: the
+	// documents are kustomize's own output of the unchanged files.
+	docs, err := LoadDocuments(fsys, "overlay")
+	require.NoError(t, err)
+	mem := filesys.MakeFsInMemory()
+	for name, f := range fsys {
+		require.NoError(t, mem.WriteFile("/"+name, f.Data))
+	}
+	plain, _, err := runKustomize(mem, "/overlay", false)
+	require.NoError(t, err)
+	var rendered [][]byte
+	for _, d := range docs {
+		assert.NotContains(t, string(d.Data), "config.kubernetes.io/origin")
+		rendered = append(rendered, d.Data)
+	}
+	assert.Equal(t, SplitDocuments(plain), rendered, "asking for origins changed what kustomize renders")
+	assert.Len(t, got, 4, "%q", got)
 }

@@ -23,10 +23,11 @@ func init() { addCommand(newApprovalsCmd) }
 
 // approvalsOptions are the flags of signet approvals.
 type approvalsOptions struct {
-	Path    string
-	Trust   string
-	Cluster string
-	Output  outputOptions
+	Path        string
+	Trust       string
+	Cluster     string
+	WorkingTree bool
+	Output      outputOptions
 }
 
 // AddFlags registers the command's flags.
@@ -34,6 +35,7 @@ func (o *approvalsOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Path, "path", ".", "spec path inside the spec repository")
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
 	fs.StringVar(&o.Cluster, "cluster", "", "decide for this cluster (approvals limited to clusters count only for theirs)")
+	fs.BoolVar(&o.WorkingTree, "working-tree", false, "decide the files as they are in the working tree, not the commit HEAD names (which signet run and the reconciler read)")
 	o.Output.AddFlags(fs)
 }
 
@@ -43,6 +45,11 @@ type approvalsReport struct {
 	TrustPolicyDigest specs.Digest       `json:"trustPolicyDigest"`
 	Cluster           string             `json:"cluster,omitempty"`
 	Time              string             `json:"time"`
+	// Revision is the commit decided ("" for the working tree or a
+	// directory that is not a Git repository); WorkingTreeChanges are the
+	// files in which the working tree differs from HEAD.
+	Revision           string   `json:"revision,omitempty"`
+	WorkingTreeChanges []string `json:"workingTreeChanges,omitempty"`
 	Objects           []objectApproval   `json:"objects"`
 	ApprovalErrors    []string           `json:"approvalErrors,omitempty"`
 	Findings          []specs.Finding    `json:"findings,omitempty"`
@@ -71,15 +78,17 @@ func newApprovalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approvals [REPO] --trust FILE",
 		Short: "Show which spec objects are approved, by which keys, and why not",
-		Long: `Render the spec path of the spec repository REPO (default "."), read every
-approval under <path>/.signet/approvals/ and decide, under the trust policy, for
+		Long: `Render the spec path of the spec repository REPO (default ".") at the commit HEAD
+names (what signet run and the reconciler read; --working-tree for the files as
+they are), read every approval under <path>/.signet/approvals/ and decide, under the trust policy, for
 the cluster and at the current time, every object and every action a request
 asks for (cancel, release): approved or not, by which keys, and why not
 (changed since approval, untrusted key, bad signature, expired, other cluster,
 revoked key, threshold not met).
 
 Exit status: 0 everything approved, 3 something is not approved or an approval
-file or spec is broken, 2 usage or I/O error (signet help exit-codes).`,
+file or spec is broken, 2 usage or I/O error (signet help exit-codes).
+When the working tree differs from HEAD, a note on stderr names the files.`,
 		Example: `  signet approvals --trust trust.yaml --cluster east
   signet approvals examples/spec-repo --trust trust.yaml -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -106,12 +115,39 @@ func (o *approvalsOptions) run(cmd *cobra.Command, repo string, now time.Time) e
 	if err != nil {
 		return err
 	}
-	r, fsys, dir, err := renderForApprovals(repo, o.Path)
+	rev, err := openRevision(repo)
 	if err != nil {
 		return err
 	}
+	var (
+		r       *specs.Rendering
+		fsys    fs.FS
+		dir     string
+		reading = "the working tree"
+	)
+	if rev != nil && !o.WorkingTree {
+		// What signet run and the reconciler read: the commit, not
+		// uncommitted edits or approval files.
+		reading = "HEAD " + rev.short()
+		r, fsys, dir, err = renderForApprovals(repo, o.Path)
+		if err == nil {
+			r, fsys, dir, err = renderSpecFS(rev.FS, dir)
+		}
+	} else {
+		r, fsys, dir, err = renderForApprovals(repo, o.Path)
+	}
+	if err != nil {
+		return err
+	}
+	rev.noteDrift(cmd.ErrOrStderr(), reading)
 	rep := decideApprovals(r, fsys, dir, policy, o.Cluster, now)
 	rep.TrustPolicy = o.Trust
+	if rev != nil {
+		rep.WorkingTreeChanges = rev.Changes
+		if !o.WorkingTree {
+			rep.Revision = rev.Commit
+		}
+	}
 	if o.Output.JSON() {
 		err = o.Output.Write(cmd.OutOrStdout(), rep)
 	} else {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/signing"
 )
 
@@ -180,4 +181,58 @@ func TestValidateTrust(t *testing.T) {
 	_, stderr, code = runSigningCLI(t, "validate", repo, "--trust", filepath.Join(dir, "missing.yaml"))
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "could not read")
+}
+
+// TestApprovalsReadTheCommit: signet approvals decides the commit HEAD
+// names, as signet run does, so an approval signed but not committed is
+// not shown approved; the note names the uncommitted files, and
+// --working-tree decides the files as they are. validate and sign say
+// when the working tree differs too.
+func TestApprovalsReadTheCommit(t *testing.T) {
+	dir := t.TempDir()
+	repo := copySpecRepo(t)
+	alice, _ := newTestKey(t, dir, "alice")
+	trust := writeTrust(t, dir, nil, alice)
+	gittest.Git(t, repo, "init", "-q", "-b", "main")
+	gittest.Git(t, repo, "add", "-A")
+	gittest.Git(t, repo, "commit", "-q", "-m", "specs")
+	head := gittest.Git(t, repo, "rev-parse", "HEAD")
+
+	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key")
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stderr, "differs from HEAD", "nothing was uncommitted before signing")
+
+	// The approval file is in the working tree only.
+	out, stderr, code := runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "-o", "json")
+	require.Equal(t, exitNotApproved, code, "an approval that is not committed counted; stderr:\n%s", stderr)
+	var rep approvalsReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, head, rep.Revision)
+	require.NotEmpty(t, rep.WorkingTreeChanges)
+	assert.Contains(t, rep.WorkingTreeChanges[0], "untracked .signet/approvals/")
+	assert.Contains(t, stderr, "note: the working tree differs from HEAD ("+head[:12]+"): untracked .signet/approvals/")
+	assert.Contains(t, stderr, "this command read HEAD "+head[:12])
+
+	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "--working-tree")
+	assert.Equal(t, 0, code, "--working-tree decides the uncommitted approval: %s", stderr)
+	assert.Contains(t, stderr, "this command read the working tree")
+
+	_, stderr, code = runSigningCLI(t, "validate", repo)
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "untracked .signet/approvals/")
+
+	// Committed, the approval counts and nothing differs.
+	gittest.Git(t, repo, "add", "-A")
+	gittest.Git(t, repo, "commit", "-q", "-m", "approve")
+	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east")
+	assert.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stderr, "differs from HEAD")
+
+	// An edit not yet committed: HEAD's object is still the approved one.
+	editFile(t, filepath.Join(repo, "profiles", "local-smoke.yaml"), "deadline: 30s", "deadline: 45s")
+	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east")
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "modified profiles/local-smoke.yaml")
+	_, _, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "--working-tree")
+	assert.Equal(t, exitNotApproved, code, "the edited profile in the working tree is not the approved one")
 }

@@ -119,6 +119,9 @@ func (o *signOptions) run(cmd *cobra.Command, repo string, now time.Time) error 
 	if err != nil {
 		return err
 	}
+	if rev, err := openRevision(repo); err == nil {
+		rev.noteDrift(cmd.ErrOrStderr(), "the working tree (an approval is of the objects as they are there)")
+	}
 	if !r.Valid() {
 		for _, f := range r.Findings {
 			fmt.Fprintln(cmd.ErrOrStderr(), f.String())
@@ -244,7 +247,11 @@ func renderForApprovals(repo, sub string) (*specs.Rendering, fs.FS, string, erro
 	if !fs.ValidPath(dir) {
 		return nil, nil, "", &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", sub)}
 	}
-	fsys := os.DirFS(repo)
+	return renderSpecFS(os.DirFS(repo), dir)
+}
+
+// renderSpecFS renders the spec path dir of fsys.
+func renderSpecFS(fsys fs.FS, dir string) (*specs.Rendering, fs.FS, string, error) {
 	r, err := specs.Render(fsys, dir)
 	if err != nil {
 		return nil, nil, "", err

@@ -100,6 +100,10 @@ With --trust (and --cluster), every object or requested action that is not
 approved under the trust policy, and every unreadable approval file under
 <path>/.signet/approvals/, is a finding too (see signet approvals for details).
 
+It reads the files as they are in the working tree; when they differ from the
+commit HEAD names (what signet run and the reconciler read), a note on stderr
+names the files.
+
 Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json\n" +
 			"  signet validate -o github   # in a GitHub Actions step: findings annotate the PR's lines\n" +
@@ -119,6 +123,10 @@ Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 			}
 			if err := o.print(cmd.OutOrStdout(), report); err != nil {
 				return ioFailure(err)
+			}
+			// A status that cannot be read changes nothing validate says.
+			if rev, err := openRevision(repo); err == nil {
+				rev.noteDrift(cmd.ErrOrStderr(), "the working tree")
 			}
 			if !report.Valid {
 				return exitCode(1, nil)

@@ -41,19 +41,19 @@ func (o *approvalsOptions) AddFlags(fs *pflag.FlagSet) {
 
 // approvalsReport is the --output json form of signet approvals.
 type approvalsReport struct {
-	TrustPolicy       string             `json:"trustPolicy"`
-	TrustPolicyDigest specs.Digest       `json:"trustPolicyDigest"`
-	Cluster           string             `json:"cluster,omitempty"`
-	Time              string             `json:"time"`
+	TrustPolicy       string       `json:"trustPolicy"`
+	TrustPolicyDigest specs.Digest `json:"trustPolicyDigest"`
+	Cluster           string       `json:"cluster,omitempty"`
+	Time              string       `json:"time"`
 	// Revision is the commit decided ("" for the working tree or a
 	// directory that is not a Git repository); WorkingTreeChanges are the
 	// files in which the working tree differs from HEAD.
-	Revision           string   `json:"revision,omitempty"`
-	WorkingTreeChanges []string `json:"workingTreeChanges,omitempty"`
-	Objects           []objectApproval   `json:"objects"`
-	ApprovalErrors    []string           `json:"approvalErrors,omitempty"`
-	Findings          []specs.Finding    `json:"findings,omitempty"`
-	Approvals         []approvalFileInfo `json:"approvals"`
+	Revision           string             `json:"revision,omitempty"`
+	WorkingTreeChanges []string           `json:"workingTreeChanges,omitempty"`
+	Objects            []objectApproval   `json:"objects"`
+	ApprovalErrors     []string           `json:"approvalErrors,omitempty"`
+	Findings           []specs.Finding    `json:"findings,omitempty"`
+	Approvals          []approvalFileInfo `json:"approvals"`
 }
 
 // objectApproval is one decided subject with where its object is written.

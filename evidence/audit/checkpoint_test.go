@@ -296,3 +296,38 @@ func TestCheckpointRefused(t *testing.T) {
 	assert.Equal(t, commits[len(commits)-2], rep.From.Tip)
 	assert.Equal(t, 1, rep.Commits, "only the commit after the checkpoint's tip is read")
 }
+
+// TestCheckpointOpenRunFlaggedLater: a run still open at the checkpoint
+// (admitted, no receipt yet, inside its deadline) is not vouched for: an
+// audit from the checkpoint past the run's deadline flags it, even with
+// no commit after the checkpoint's tip.
+func TestCheckpointOpenRunFlaggedLater(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b")
+	require.NoError(t, err)
+	auditor := newKey(t)
+	policy := checkpointPolicy(t, f, auditor, time.Time{}, "")
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	adm, err := c.Find("/run-b/" + evidence.AdmissionFile)
+	require.NoError(t, err)
+	landed, err := c.Landed(adm)
+	require.NoError(t, err)
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, landed)
+	require.NoError(t, err)
+	now := time.Now()
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now, CheckpointKey: auditor})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "%v", rep.Findings)
+	require.NotEmpty(t, rep.Checkpoint)
+
+	later := now.Add(24 * time.Hour)
+	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later, Checkpoint: rep.Checkpoint, CheckpointName: "checkpoint.json"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Commits)
+	got := findings(rep, audit.RuleIncompleteRun)
+	require.Len(t, got, 1, "%v", rep.Findings)
+	assert.Equal(t, "run-b", got[0].Run)
+	full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later})
+	require.NoError(t, err)
+	assert.Equal(t, full.Findings, rep.Findings)
+}

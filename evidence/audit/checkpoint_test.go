@@ -283,7 +283,7 @@ func TestCheckpointRefused(t *testing.T) {
 				repo = r.Dir
 			}
 			rep, err := audit.Branch(t.Context(), audit.Options{Repo: repo, Policy: tc.policy, Checkpoint: tc.checkpoint, CheckpointName: "checkpoint.json"})
-			require.ErrorIs(t, err, audit.ErrCheckpoint)
+			require.ErrorIs(t, err, audit.ErrCheckpoint, "the checkpoint must be refused")
 			assert.Nil(t, rep, "a refused checkpoint gives no report")
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -325,7 +325,7 @@ func TestCheckpointOpenRunFlaggedLater(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, rep.Commits)
 	got := findings(rep, audit.RuleIncompleteRun)
-	require.Len(t, got, 1, "%v", rep.Findings)
+	require.Len(t, got, 1, "the run open at the checkpoint must be flagged past its deadline: %v", rep.Findings)
 	assert.Equal(t, "run-b", got[0].Run)
 	full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later})
 	require.NoError(t, err)

@@ -45,9 +45,10 @@ type Checkpoint struct {
 
 // State is the audit state a checkpoint carries: every commit of the
 // first-parent history up to the tip, every file, and every run
-// directory. Each is one string of tab-separated lines, so that the
-// state of a long branch decodes in one pass (a JSON object per file
-// costs several times more than the audit of a run):
+// directory. Each is a list of lines of space-separated fields, the last
+// one running to the end of the line, so that the state of a long branch
+// decodes in one pass without escapes (a JSON object per file costs
+// several times more than the audit of a run):
 //
 //	Commits: <hash> <committer time, Unix seconds>           oldest first
 //	Runs:    <admitted 0|1> <receipt sequence, 0: none> <previous receipt digest|-> <its path|-> <dir>
@@ -58,9 +59,9 @@ type Checkpoint struct {
 // their content. Runs without a receipt are read and checked again by
 // the audit that starts from the checkpoint.
 type State struct {
-	Commits string `json:"commits"`
-	Runs    string `json:"runs"`
-	Files   string `json:"files"`
+	Commits []string `json:"commits"`
+	Runs    []string `json:"runs"`
+	Files   []string `json:"files"`
 }
 
 // stateKinds are the file kinds a State names, by letter.
@@ -117,8 +118,8 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		return checkpointErr(name, fmt.Sprintf("%s line %d", field, i+1), format, args...)
 	}
 	var commits []*commitInfo
-	for i, line := range lines(st.Commits) {
-		hash, when, ok := strings.Cut(line, "\t")
+	for i, line := range st.Commits {
+		hash, when, ok := strings.Cut(line, " ")
 		t, err := strconv.ParseInt(when, 10, 64)
 		if !ok || err != nil || !evidence.IsCommitHash(hash) {
 			return nil, bad("state.commits", i, "%q is not a commit hash and a time", line)
@@ -149,8 +150,8 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	a.base.tree = hdr.Tree
 
 	var runs []*runAudit
-	for i, line := range lines(st.Runs) {
-		f := strings.Split(line, "\t")
+	for i, line := range st.Runs {
+		f := strings.SplitN(line, " ", 5)
 		if len(f) != 5 {
 			return nil, bad("state.runs", i, "%d fields, not 5", len(f))
 		}
@@ -170,8 +171,8 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		a.runsByDir[r.dir] = r
 		runs = append(runs, r)
 	}
-	for i, line := range lines(st.Files) {
-		f := strings.Split(line, "\t")
+	for i, line := range st.Files {
+		f := strings.SplitN(line, " ", 7)
 		if len(f) != 7 {
 			return nil, bad("state.files", i, "%d fields, not 7", len(f))
 		}
@@ -225,14 +226,6 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	return open, nil
 }
 
-// lines splits s into its lines (none when empty).
-func lines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-}
-
 // checkpoint returns the checkpoint of a clean audit's end: its tip and
 // the state a later audit continues from, signed by key.
 func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
@@ -243,15 +236,12 @@ func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
 	tip := commits[len(commits)-1]
 	cp := Checkpoint{Branch: a.branch, Tip: tip.hash.String(), TipCommitted: tip.when.UTC(), AuditedAt: a.opts.Now.UTC(),
 		TrustPolicyDigest: a.policy.Digest()}
-	var b strings.Builder
 	for _, c := range commits {
-		fmt.Fprintf(&b, "%s\t%d\n", c.hash, c.when.Unix())
+		cp.State.Commits = append(cp.State.Commits, c.hash.String()+" "+strconv.FormatInt(c.when.Unix(), 10))
 	}
-	cp.State.Commits = b.String()
-	b.Reset()
 	runOf := map[*fileRec]int{}
 	for i, r := range a.runs {
-		adm, prev := 0, "-\t-"
+		adm, prev := 0, "- -"
 		if r.admitted {
 			adm = 1
 		}
@@ -259,28 +249,23 @@ func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
 		if r.receipt != nil {
 			seq = r.receipt.Sequence
 			if pr := r.receipt.Previous; pr != nil {
-				prev = string(pr.Digest) + "\t" + pr.Path
+				prev = string(pr.Digest) + " " + pr.Path
 			}
 		}
-		if strings.ContainsAny(r.dir, "\t\n") || strings.Count(prev, "\t") != 1 || strings.Contains(prev, "\n") {
+		if strings.Count(prev, " ") != 1 {
 			return nil, fmt.Errorf("evidence: run directory %q cannot be written in a checkpoint", r.dir)
 		}
-		fmt.Fprintf(&b, "%d\t%d\t%s\t%s\n", adm, seq, prev, r.dir)
+		cp.State.Runs = append(cp.State.Runs, fmt.Sprintf("%d %d %s %s", adm, seq, prev, r.dir))
 		for _, f := range r.files {
 			runOf[f] = i
 		}
 	}
-	cp.State.Runs = b.String()
-	b.Reset()
 	var paths []string
 	for p := range a.files {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		if strings.ContainsAny(p, "\t\n") {
-			return nil, fmt.Errorf("evidence: path %q cannot be written in a checkpoint", p)
-		}
 		f := a.files[p]
 		kind, run, data := "-", "-", "-"
 		switch classify(p) {
@@ -296,9 +281,8 @@ func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
 		if i, ok := runOf[f]; ok {
 			run = strconv.Itoa(i)
 		}
-		fmt.Fprintf(&b, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.landed.index, f.blob, f.digest, kind, run, data, p)
+		cp.State.Files = append(cp.State.Files, fmt.Sprintf("%d %s %s %s %s %s %s", f.landed.index, f.blob, f.digest, kind, run, data, p))
 	}
-	cp.State.Files = b.String()
 	st, err := signing.NewStatement(PredicateCheckpoint,
 		[]signing.Subject{signing.SubjectFor(path.Join("git-commit", a.branch), specs.DigestOf([]byte(cp.Tip)))}, cp)
 	if err != nil {

@@ -260,14 +260,15 @@ func TestCheckpointRefused(t *testing.T) {
 		{"signed by the evidence signer", resign(f.Reconciler, nil), "", policy, false, "checkpoint.json: signature: signed by key " + f.Reconciler.KeyID()[:12] + ", which is not allowed to sign audit checkpoints"},
 		{"signed by a key outside the policy", resign(newKey(t), nil), "", policy, false, "checkpoint.json: signature: signed by key"},
 		{"state tampered after signing", tampered, "", policy, false, "checkpoint.json: signature:"},
-		{"state edited and re-signed by a stranger", resign(newKey(t), func(cp map[string]any) { cp["state"].(map[string]any)["runs"] = "" }), "", policy, false, "checkpoint.json: signature:"},
+		{"state edited and re-signed by a stranger", resign(newKey(t), func(cp map[string]any) { cp["state"].(map[string]any)["runs"] = []any{} }), "", policy, false, "checkpoint.json: signature:"},
 		{"other branch", resign(auditor, func(cp map[string]any) { cp["branch"] = "signet/other" }), "", policy, false, `checkpoint.json: branch: "signet/other", but the audit reads branch "signet/evidence"`},
 		{"other trust policy", good, "", other, false, "checkpoint.json: trustPolicyDigest:"},
 		{"tip not on the branch", good, "", policy, true, "checkpoint.json: tip: " + commits[len(commits)-2] + " is not on the first-parent history"},
 		{"state that does not hold together", resign(auditor, func(cp map[string]any) {
 			st := cp["state"].(map[string]any)
-			_, rest, _ := strings.Cut(st["files"].(string), "\t")
-			st["files"] = "100000\t" + rest
+			files := st["files"].([]any)
+			_, rest, _ := strings.Cut(files[0].(string), " ")
+			files[0] = "100000 " + rest
 		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of state.commits`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

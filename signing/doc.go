@@ -63,12 +63,14 @@
 //	    release: 1
 //	  evidenceSigners: [<id>, …]          # may sign evidence documents
 //	  commitSigners: [<id>, …]            # optional SSH gate on spec commits
+//	  auditors: [<id>, …]                 # optional: may sign audit checkpoints
 //
 // Parsing is strict: unknown fields, duplicate keys, YAML anchors, aliases
 // and merge keys, a second document, an id that does not match its key, a
 // reference to an unknown id, a threshold below 1 or above the number of
-// approvers, and an evidence signer that is also an approver (separation of
-// duties: the reconciler's key never approves what it runs) are refused. Digest is the sha256 of the policy's RFC 8785 JSON,
+// approvers, and an evidence signer that is also an approver or an auditor
+// (separation of duties: the reconciler's key never approves what it runs
+// nor vouches for its own evidence) are refused. Digest is the sha256 of the policy's RFC 8785 JSON,
 // so whatever decides that a reconcile is a no-op can include it.
 //
 // # Decisions

@@ -42,6 +42,7 @@ type TrustPolicy struct {
 	approver map[string]bool
 	evidence map[string]bool
 	commit   map[string]bool
+	auditor  map[string]bool
 	digest   specs.Digest
 }
 
@@ -90,6 +91,10 @@ type TrustPolicySpec struct {
 	// CommitSigners, when set, are the ids of the keys whose SSH signature
 	// a spec commit must carry before the reconciler reads it.
 	CommitSigners []string `yaml:"commitSigners,omitempty" json:"commitSigners,omitempty"`
+	// Auditors are the ids of the keys that may sign audit checkpoints
+	// (signet audit --write-checkpoint), which a later audit starts
+	// from; never also evidence signers.
+	Auditors []string `yaml:"auditors,omitempty" json:"auditors,omitempty"`
 }
 
 // TrustedKeySpec is one key entry of a trust policy.
@@ -243,11 +248,19 @@ func newTrustPolicy(doc TrustPolicyDocument) (*TrustPolicy, error) {
 	if p.commit, err = p.idSet("spec.commitSigners", doc.Spec.CommitSigners); err != nil {
 		return nil, err
 	}
+	if p.auditor, err = p.idSet("spec.auditors", doc.Spec.Auditors); err != nil {
+		return nil, err
+	}
 	// Separation of duties: the reconciler's evidence key lives next to the
 	// runs it records; it must never be able to approve them.
 	for i, id := range doc.Spec.EvidenceSigners {
 		if p.approver[id] {
 			return nil, fmt.Errorf("spec.evidenceSigners[%d]: key %s is also an approver; a key that signs evidence may not approve", i, short(id))
+		}
+		// An audit checkpoint vouches for the evidence: the key that
+		// wrote it must not vouch for it.
+		if p.auditor[id] {
+			return nil, fmt.Errorf("spec.evidenceSigners[%d]: key %s is also an auditor; a key that signs evidence may not sign audit checkpoints", i, short(id))
 		}
 	}
 	th := &p.doc.Spec.Thresholds
@@ -360,6 +373,10 @@ func (p *TrustPolicy) Approvers() []*PublicKey { return p.keysIn(p.approver) }
 
 // CommitSigners returns the public keys allowed to sign spec commits.
 func (p *TrustPolicy) CommitSigners() []*PublicKey { return p.keysIn(p.commit) }
+
+// Auditors returns the public keys allowed to sign audit checkpoints, in
+// file order.
+func (p *TrustPolicy) Auditors() []*PublicKey { return p.keysIn(p.auditor) }
 
 func (p *TrustPolicy) keysIn(set map[string]bool) []*PublicKey {
 	var out []*PublicKey

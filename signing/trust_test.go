@@ -112,6 +112,7 @@ func TestParseTrustPolicyRefuses(t *testing.T) {
 		{"bad PEM", strings.Replace(src, "-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEX-----", 1), "spec.keys[0].publicKey"},
 		{"empty", "", "policy.yaml: is empty"},
 		{"evidence signer also approver", strings.Replace(src, "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: ["+a.KeyID()+"]", 1), "spec.evidenceSigners[0]: key " + a.KeyID()[:16] + " is also an approver"},
+		{"evidence signer also auditor", strings.Replace(src, "  evidenceSigners: ["+r.KeyID()+"]", "  evidenceSigners: ["+r.KeyID()+"]\n  auditors: ["+r.KeyID()+"]", 1), "spec.evidenceSigners[0]: key " + r.KeyID()[:16] + " is also an auditor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTrustPolicy("policy.yaml", []byte(tc.in))

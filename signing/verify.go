@@ -17,6 +17,9 @@ const (
 	RoleEvidenceSigner
 	// RoleCommitSigner: spec commits (the optional SSH gate).
 	RoleCommitSigner
+	// RoleAuditor: audit checkpoints, judged at the time of the audit
+	// that starts from them.
+	RoleAuditor
 )
 
 // roleText is how messages name a role and the time its keys are judged at.
@@ -24,6 +27,7 @@ var roleText = map[Role]struct{ name, verb, judged string }{
 	RoleApprover:       {"an approver of the trust policy", "approve", ""},
 	RoleEvidenceSigner: {"an evidence signer of the trust policy", "sign evidence", "committed"},
 	RoleCommitSigner:   {"a commit signer of the trust policy", "sign spec commits", ""},
+	RoleAuditor:        {"an auditor of the trust policy", "sign audit checkpoints", "audited"},
 }
 
 // Signers are the keys whose signature counts on one kind of document, and
@@ -50,6 +54,8 @@ func (p *TrustPolicy) Signers(role Role) Signers {
 		s.keys, s.others = p.EvidenceSigners(), p.Approvers()
 	case RoleCommitSigner:
 		s.keys, s.others = p.CommitSigners(), p.Approvers()
+	case RoleAuditor:
+		s.keys, s.others = p.Auditors(), append(p.EvidenceSigners(), p.Approvers()...)
 	}
 	return s
 }

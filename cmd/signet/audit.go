@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -54,6 +56,12 @@ type auditOptions struct {
 	Grace   time.Duration
 	Timeout time.Duration
 	Output  outputOptions
+	// Checkpoint is a signed checkpoint to start from; WriteCheckpoint
+	// where a clean audit writes its own, signed with CheckpointKey.
+	Checkpoint      string
+	WriteCheckpoint string
+	CheckpointKey   string
+	Passphrase      passphraseOptions
 }
 
 // AddFlags registers the command's flags.
@@ -63,6 +71,10 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier, or a pins file (lines \"<branch> <commit> [<time>]\", as a clean audit prints after \"pin:\"): the branch must descend from its pinned commit (detects a rewritten, force-pushed history)")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.StringVar(&o.Checkpoint, "checkpoint", "", "signed audit checkpoint to start from (written by --write-checkpoint): only the commits after its tip are read")
+	fs.StringVar(&o.WriteCheckpoint, "write-checkpoint", "", "when the audit is clean, write a signed checkpoint of its end to this file (needs --checkpoint-key)")
+	fs.StringVar(&o.CheckpointKey, "checkpoint-key", "", "private key signing the checkpoint: a key of the trust policy's spec.auditors")
+	o.Passphrase.AddFlags(fs)
 	o.Output.AddFlags(fs)
 }
 
@@ -78,6 +90,14 @@ admissions, cancels and releases backed by approvals under the trust policy; the
 chain of every cluster; the run-ID index; and, with --since, that the branch descends from
 a commit pinned earlier. Runs admitted without a receipt past their deadline are flagged.
 
+--write-checkpoint FILE --checkpoint-key KEY makes a clean audit write a checkpoint: its tip
+and the state the whole-branch rules continue from, signed by a key of the trust policy's
+auditors (never an evidence signer). --checkpoint FILE starts the next audit there: the
+checkpoint must verify with an auditor key valid now, name this branch and this trust policy,
+and its tip must be on the branch's first-parent history, or nothing is audited (exit 2);
+then only the commits after its tip are read and the runs still open at it checked again.
+A full audit (without --checkpoint) reports the same findings.
+
 A clean audit ends with the tip to pin ("pin: <branch> <commit> <time>"): keep that line
 in a pins file for the next audit's --since, and give the commit to the reconciler
 (evidence.pinnedTip). --since takes a commit (40 hex or a revision) or a pins file, one
@@ -86,7 +106,8 @@ in a pins file for the next audit's --since, and give the commit to the reconcil
 Every finding names its rule, run and path. Exit status: 0 clean, 1 findings,
 2 usage error or the branch could not be read.`,
 		Example: "  signet audit --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml\n" +
-			"  signet audit --repo . --trust trust.yaml --since pins.txt -o json",
+			"  signet audit --repo . --trust trust.yaml --since pins.txt -o json\n" +
+			"  signet audit --repo . --trust trust.yaml --checkpoint last.ckpt --write-checkpoint next.ckpt --checkpoint-key auditor.key --passphrase-env SIGNET_PASSPHRASE",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -127,11 +148,23 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	rep, err := audit.Branch(ctx, audit.Options{
+	opts := audit.Options{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: since, Grace: o.Grace,
-	})
+	}
+	if err := o.checkpointOptions(&opts, policy); err != nil {
+		return err
+	}
+	rep, err := audit.Branch(ctx, opts)
+	if errors.Is(err, audit.ErrCheckpoint) {
+		return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint: %w", err))
+	}
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
+	}
+	if rep.Checkpoint != nil {
+		if err := writeFileAtomic(o.WriteCheckpoint, rep.Checkpoint); err != nil {
+			return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
+		}
 	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
@@ -140,11 +173,71 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		}
 	} else {
 		printAudit(w, rep)
+		if rep.Checkpoint != nil {
+			fmt.Fprintf(w, "checkpoint: %s\n", o.WriteCheckpoint)
+		}
 	}
 	if !rep.Clean() {
 		return exitCode(exitAuditFindings, nil)
 	}
 	return nil
+}
+
+// checkpointOptions reads --checkpoint and the key of --checkpoint-key
+// into opts. The key must be an auditor of policy: a checkpoint signed by
+// another would be refused by the next audit.
+func (o *auditOptions) checkpointOptions(opts *audit.Options, policy *signing.TrustPolicy) error {
+	if o.Checkpoint != "" {
+		b, err := os.ReadFile(o.Checkpoint)
+		if err != nil {
+			return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint: %w", err))
+		}
+		opts.Checkpoint, opts.CheckpointName = b, o.Checkpoint
+	}
+	if (o.WriteCheckpoint == "") != (o.CheckpointKey == "") {
+		return &usageError{errors.New("--write-checkpoint and --checkpoint-key go together")}
+	}
+	if o.CheckpointKey == "" {
+		return nil
+	}
+	pass, err := o.Passphrase.Read()
+	if err != nil {
+		return exitCode(exitAuditUsage, err)
+	}
+	key, err := signing.LoadPrivateKey(o.CheckpointKey, pass)
+	if err != nil {
+		return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint-key: %w", err))
+	}
+	if !slices.ContainsFunc(policy.Auditors(), func(k *signing.PublicKey) bool { return k.KeyID() == key.KeyID() }) {
+		return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint-key: %s: key %s is not in the trust policy's spec.auditors, so no audit would accept its checkpoint", o.CheckpointKey, shortRev(key.KeyID())))
+	}
+	opts.CheckpointKey = key
+	return nil
+}
+
+// writeFileAtomic writes b to name through a temporary file in its
+// directory, synced and renamed into place.
+func writeFileAtomic(name string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
 }
 
 // since resolves --since: a commit hash as is; a regular file as a pins
@@ -175,6 +268,10 @@ func (o *auditOptions) since() (string, error) {
 func printAudit(w io.Writer, rep *audit.Report) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", rep.Branch, rep.Repo, shortRev(rep.Tip))
 	fmt.Fprintf(w, "trust policy %s\n", rep.TrustPolicyDigest)
+	if rep.From != nil {
+		fmt.Fprintf(w, "from checkpoint at %s (audited %s, signed by %s): what follows counts what came after it\n",
+			shortRev(rep.From.Tip), rep.From.AuditedAt.UTC().Format(time.RFC3339), strings.Join(shortRevs(rep.From.Signers), ", "))
+	}
 	fmt.Fprintf(w, "%d commits, %d files, %d signed documents, %d runs\n", rep.Commits, rep.Files, rep.Documents, len(rep.Runs))
 	if len(rep.Runs) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -211,6 +308,14 @@ func printAudit(w io.Writer, rep *audit.Report) {
 	for _, f := range rep.Findings {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
+}
+
+func shortRevs(revs []string) []string {
+	out := make([]string, len(revs))
+	for i, r := range revs {
+		out[i] = shortRev(r)
+	}
+	return out
 }
 
 func shortRev(rev string) string {

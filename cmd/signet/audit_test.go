@@ -346,3 +346,78 @@ func TestFinding6AuditPinnedTips(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditCheckpoint: a clean audit writes a checkpoint signed by an
+// auditor key; the next audit starts from it and reads only what came
+// after; a checkpoint that does not verify is exit 2, never clean; a key
+// outside spec.auditors cannot write one.
+func TestAuditCheckpoint(t *testing.T) {
+	f := evidenceFixture(t)
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	commits, err := c.Commits()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, stderr, code := runSigningCLI(t, "keygen", "--out", filepath.Join(dir, "auditor"), "--algorithm", "ed25519")
+	require.Equal(t, 0, code, stderr)
+	pub, err := os.ReadFile(filepath.Join(dir, "auditor.pub"))
+	require.NoError(t, err)
+	auditorPub, err := signing.ParsePublicKeyPEM(pub)
+	require.NoError(t, err)
+	policy, err := signing.NewTrustPolicy("fixture", signing.TrustPolicySpec{
+		Keys:            []signing.TrustedKeySpec{signing.KeySpec(f.Approver.Public()), signing.KeySpec(f.Reconciler.Public()), signing.KeySpec(auditorPub)},
+		Approvers:       []string{f.Approver.KeyID()},
+		EvidenceSigners: []string{f.Reconciler.KeyID()},
+		Auditors:        []string{auditorPub.KeyID()},
+	})
+	require.NoError(t, err)
+	y, err := policy.MarshalYAML()
+	require.NoError(t, err)
+	trust := filepath.Join(dir, "trust.yaml")
+	require.NoError(t, os.WriteFile(trust, y, 0o600))
+	base := []string{"--repo", c.Dir, "--trust", trust}
+	ckpt := filepath.Join(dir, "audit.ckpt")
+
+	// The branch one commit before its tip, audited in full.
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-2])
+	require.NoError(t, err)
+	out, stderr, code := runSigningCLI(t, append([]string{"audit", "--write-checkpoint", ckpt, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "checkpoint: "+ckpt+"\n")
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-1])
+	require.NoError(t, err)
+
+	rep, code, stderr := auditJSON(t, append(base, "--checkpoint", ckpt)...)
+	require.Equal(t, 0, code, stderr)
+	require.NotNil(t, rep.From)
+	assert.Equal(t, commits[len(commits)-2], rep.From.Tip)
+	assert.Equal(t, 1, rep.Commits, "only the commit after the checkpoint is read")
+	assert.Equal(t, commits[len(commits)-1], rep.Pin.Commit)
+
+	t.Run("tampered checkpoint", func(t *testing.T) {
+		b, err := os.ReadFile(ckpt)
+		require.NoError(t, err)
+		var env signing.Envelope
+		require.NoError(t, json.Unmarshal(b, &env))
+		env.Payload = "AAAA" + env.Payload[4:]
+		bad, err := json.Marshal(env)
+		require.NoError(t, err)
+		file := filepath.Join(t.TempDir(), "bad.ckpt")
+		require.NoError(t, os.WriteFile(file, bad, 0o600))
+		out, stderr, code := runSigningCLI(t, append([]string{"audit", "--checkpoint", file}, base...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.NotContains(t, out, "audit: clean")
+		assert.Contains(t, stderr, "--checkpoint: evidence: audit checkpoint refused: "+file+": ")
+	})
+	t.Run("key outside spec.auditors", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "x.ckpt")
+		_, stderr, code := runSigningCLI(t, append([]string{"audit", "--write-checkpoint", file, "--checkpoint-key", f.KeyFile}, base...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.Contains(t, stderr, "is not in the trust policy's spec.auditors")
+		assert.NoFileExists(t, file)
+	})
+	t.Run("write without a key", func(t *testing.T) {
+		_, stderr, code := runSigningCLI(t, append([]string{"audit", "--write-checkpoint", filepath.Join(t.TempDir(), "x.ckpt")}, base...)...)
+		assert.Equal(t, 2, code, stderr)
+	})
+}

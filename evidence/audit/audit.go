@@ -68,6 +68,17 @@ type Options struct {
 	// index, copies) ran: Report.Findings, not the call, says whether a
 	// run is clean.
 	Observe func(*RunDocuments)
+	// Checkpoint, when set, is a signed audit checkpoint (named
+	// CheckpointName in errors) to start from: verified against the
+	// trust policy's auditors at Now, for this branch and this trust
+	// policy, its tip on the branch's first-parent history; then only
+	// the commits after its tip are read. A checkpoint that fails any of
+	// these is an error wrapping ErrCheckpoint, never a clean report.
+	Checkpoint     []byte
+	CheckpointName string
+	// CheckpointKey, when set, signs a checkpoint of a clean audit's end
+	// (Report.Checkpoint); its key must be an auditor of the policy.
+	CheckpointKey *signing.PrivateKey
 }
 
 // Branch audits the evidence branch of opts.Repo, reading objects only
@@ -95,12 +106,24 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	defer rd.close()
 	a := newAuditor(rd, rd.display, rd.branch, opts)
 	a.stream = true
-	if err := a.walk(ctx); err != nil {
+	var cp *Checkpoint
+	if opts.Checkpoint != nil {
+		if cp, a.from, err = a.openCheckpoint(opts.CheckpointName, opts.Checkpoint); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.walk(ctx, cp); err != nil {
 		return nil, err
 	}
 	a.checkSince()
 	a.checkAll()
-	return a.report(), nil
+	rep := a.report()
+	if rep.Clean() && opts.CheckpointKey != nil {
+		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
 }
 
 // commitInfo is one commit of the first-parent history, oldest first.
@@ -160,6 +183,12 @@ type auditor struct {
 	// older is the first-parent commit just before those read, when the
 	// history was read back to a run directory's first commit only.
 	older plumbing.Hash
+	// base is the tip of the checkpoint the audit started from (nil for
+	// a whole-branch audit), baseCommits the history up to it and from
+	// the checkpoint that names it; commits then holds those after it.
+	base        *commitInfo
+	baseCommits []*commitInfo
+	from        *CheckpointInfo
 	// readMu serializes the blob reads of documents (Observe) when the
 	// object source is not safe for concurrent use.
 	readMu sync.Mutex
@@ -181,11 +210,23 @@ func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
 // walk reads the first-parent history from the root to the tip, checks
 // that each commit only adds files, and reads every added file once,
 // handing signed documents to the verification pool.
-func (a *auditor) walk(ctx context.Context) error {
+func (a *auditor) walk(ctx context.Context, cp *Checkpoint) error {
 	a.pool = newVerifyPool(a.rd, a.policy, a.opts.Workers)
 	defer a.pool.close()
+	var open []*runAudit
+	if cp != nil {
+		var err error
+		if open, err = a.restore(a.opts.CheckpointName, cp); err != nil {
+			return err
+		}
+	}
 	if err := a.history(ctx, ""); err != nil {
 		return err
+	}
+	for _, r := range open {
+		if _, err := a.reopen(r); err != nil {
+			return err
+		}
 	}
 	return a.replay(ctx, "")
 }
@@ -228,6 +269,9 @@ func (a *auditor) checkAll() {
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
 	for _, p := range paths {
+		if a.files[p].landed.index < len(a.baseCommits) {
+			continue // its path passed when the checkpoint's audit read it
+		}
 		top, _, _ := strings.Cut(p, "/")
 		switch top {
 		case "runs":
@@ -322,6 +366,9 @@ func (a *auditor) report() *Report {
 		}
 	}
 	for _, r := range a.runs {
+		if r.restored {
+			continue // checked by the audit that wrote the checkpoint
+		}
 		r.report.Findings = byRun[r.id]
 		rep.Runs = append(rep.Runs, r.report)
 	}
@@ -331,8 +378,13 @@ func (a *auditor) report() *Report {
 		}
 		return rep.Runs[i].Dir < rep.Runs[j].Dir
 	})
-	if rep.Clean() && len(a.commits) > 0 {
-		tip := a.commits[len(a.commits)-1]
+	rep.Checkpoint = nil
+	rep.From = a.from
+	tip := a.base
+	if len(a.commits) > 0 {
+		tip = a.commits[len(a.commits)-1]
+	}
+	if rep.Clean() && tip != nil {
 		rep.Pin = &Pin{Branch: a.branch, Commit: tip.hash.String(), Committed: tip.when.UTC()}
 	}
 	return rep

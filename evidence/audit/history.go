@@ -24,9 +24,14 @@ import (
 // the commit is read, so that verification overlaps the walk.
 func (a *auditor) history(ctx context.Context, dir string) error {
 	var chain []*commitInfo
+	reached := false
 	for h := a.rd.Tip(); !h.IsZero(); {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if a.base != nil && h == a.base.hash {
+			reached = true
+			break
 		}
 		raw, err := readRaw(a.rd, plumbing.CommitObject, h)
 		if err != nil {
@@ -58,9 +63,13 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		}
 		h = c.Parents[0]
 	}
+	if a.base != nil && !reached {
+		return checkpointErr(a.opts.CheckpointName, "tip", "%s is not on the first-parent history of %s at %s: the branch was rewritten since the checkpoint, or the checkpoint is of another repository",
+			a.base.hash, a.branch, a.rd.Tip())
+	}
 	slices.Reverse(chain)
 	for i, c := range chain {
-		c.index = i
+		c.index = len(a.baseCommits) + i
 		a.byHash[c.hash] = c
 	}
 	a.commits = chain
@@ -74,13 +83,14 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 // time from before its revocation. Equal times are fine: git stamps whole
 // seconds and several commits land in one.
 func (a *auditor) checkCommitTimes() {
-	for i := 1; i < len(a.commits); i++ {
-		prev, c := a.commits[i-1], a.commits[i]
-		if c.when.Before(prev.when) {
+	prev := a.base
+	for _, c := range a.commits {
+		if prev != nil && c.when.Before(prev.when) {
 			a.add(Finding{Rule: RuleCommitTimeOrder, Commit: c.hash.String(),
 				Message: fmt.Sprintf("committer time %s is before its parent %s's (%s): committer times on the evidence branch never decrease",
 					c.when.UTC().Format(time.RFC3339), shortHash(prev.hash.String()), prev.when.UTC().Format(time.RFC3339))})
 		}
+		prev = c
 	}
 }
 
@@ -89,6 +99,9 @@ func (a *auditor) checkCommitTimes() {
 // waits for the pool and reports commit signatures.
 func (a *auditor) replay(ctx context.Context, dir string) error {
 	prev := plumbing.ZeroHash
+	if a.base != nil {
+		prev = a.base.tree // what came before was read by the checkpoint's audit
+	}
 	for _, c := range a.commits {
 		if err := ctx.Err(); err != nil {
 			return err

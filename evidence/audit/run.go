@@ -47,6 +47,9 @@ type runAudit struct {
 	admitted bool
 	// queued for a batch check (a receipt landed); checked once done.
 	queued, checked bool
+	// restored from a checkpoint, checked by the audit that wrote it; not
+	// reported unless a later file reopens it.
+	restored bool
 	// What check decoded besides adm, checks, ev and receipt, kept for
 	// documents (Options.Observe) until compact.
 	snapshots  map[string]*evidence.NodeSnapshot

@@ -1,0 +1,292 @@
+package audit
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/gitobj"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// PredicateCheckpoint is the predicate type of an audit checkpoint: a
+// DSSE envelope, signed by an auditor of the trust policy, of what a
+// clean audit knew at the tip it read.
+const PredicateCheckpoint = "https://signet.dev/AuditCheckpoint/v1"
+
+// ErrCheckpoint: the checkpoint given to start from cannot be used (not
+// signed by an auditor of the trust policy, another branch or trust
+// policy, its tip not on the branch's first-parent history, a state that
+// does not decode or does not hold together). Nothing was audited: a
+// refused checkpoint is never a clean result.
+var ErrCheckpoint = errors.New("evidence: audit checkpoint refused")
+
+// Checkpoint is the predicate of an audit checkpoint. State is what the
+// whole-branch rules need to continue past Tip without reading the
+// history again; it is trusted only through the envelope's signature.
+type Checkpoint struct {
+	Branch            string       `json:"branch"`
+	Tip               string       `json:"tip"`
+	TipCommitted      time.Time    `json:"tipCommitted"`
+	AuditedAt         time.Time    `json:"auditedAt"`
+	TrustPolicyDigest specs.Digest `json:"trustPolicyDigest"`
+	State             State        `json:"state"`
+}
+
+// State is the audit state a checkpoint carries: every commit of the
+// first-parent history up to the tip, every file, and every run
+// directory. Each is a list of lines of space-separated fields, the last
+// one running to the end of the line, so that the state of a long branch
+// decodes in one pass without escapes (a JSON object per file costs
+// several times more than the audit of a run):
+//
+//	Commits: <hash> <committer time, Unix seconds>           oldest first
+//	Runs:    <admitted 0|1> <receipt sequence, 0: none> <previous receipt digest|-> <its path|-> <dir>
+//	Files:   <landed: index in Commits> <blob> <digest> <kind> <run: index in Runs|-> <content, base64|-> <path>
+//
+// Kind is d (signed document), a (approval copy), i (index entry), c
+// (chain link) or - (other); only index entries and chain links carry
+// their content. Runs without a receipt are read and checked again by
+// the audit that starts from the checkpoint.
+type State struct {
+	Commits []string `json:"commits"`
+	Runs    []string `json:"runs"`
+	Files   []string `json:"files"`
+}
+
+// stateKinds are the file kinds a State names, by letter.
+var stateKinds = map[string]int{"d": kindDocument, "a": kindApproval, "i": kindIndex, "c": kindChain, "-": kindOther}
+
+// CheckpointInfo names the checkpoint an incremental audit started from.
+type CheckpointInfo struct {
+	Tip       string    `json:"tip"`
+	AuditedAt time.Time `json:"auditedAt"`
+	Signers   []string  `json:"signers"`
+}
+
+// checkpointErr wraps ErrCheckpoint with the checkpoint's name, the field
+// and what is wrong with it.
+func checkpointErr(name, field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s: %s", ErrCheckpoint, name, field, fmt.Sprintf(format, args...))
+}
+
+// openCheckpoint verifies the checkpoint envelope (named name) against
+// the auditors of the trust policy at the audit's time and checks that it
+// is about this branch under this trust policy.
+func (a *auditor) openCheckpoint(name string, envelope []byte) (*Checkpoint, *CheckpointInfo, error) {
+	v, err := signing.VerifyDSSE(envelope, a.policy.Signers(signing.RoleAuditor), a.opts.Now)
+	if err != nil {
+		return nil, nil, checkpointErr(name, "signature", "%v", refusalMessage(err))
+	}
+	if v.Statement.PredicateType != PredicateCheckpoint {
+		return nil, nil, checkpointErr(name, "predicateType", "%q is not %q", v.Statement.PredicateType, PredicateCheckpoint)
+	}
+	var cp Checkpoint
+	if err := signing.StrictUnmarshal(v.Statement.Predicate, &cp); err != nil {
+		return nil, nil, checkpointErr(name, "predicate", "does not decode: %v", err)
+	}
+	switch {
+	case cp.Branch != a.branch:
+		return nil, nil, checkpointErr(name, "branch", "%q, but the audit reads branch %q", cp.Branch, a.branch)
+	case cp.TrustPolicyDigest != a.policy.Digest():
+		return nil, nil, checkpointErr(name, "trustPolicyDigest", "%s, but the audit's trust policy is %s: a checkpoint holds only under the policy it was audited with (audit the whole branch again)", cp.TrustPolicyDigest, a.policy.Digest())
+	case !evidence.IsCommitHash(cp.Tip):
+		return nil, nil, checkpointErr(name, "tip", "%q is not a commit hash", cp.Tip)
+	}
+	return &cp, &CheckpointInfo{Tip: cp.Tip, AuditedAt: cp.AuditedAt, Signers: v.Keys}, nil
+}
+
+// restore makes the audit continue from cp: the commits, files and run
+// directories it names become what the replay of the history up to its
+// tip would have left. It returns the runs without a receipt, which the
+// caller reopens once the revocation anchors are resolved (their
+// documents are read and verified again, and they are checked at the end
+// at the audit's time). It runs before the history is read.
+func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err error) {
+	st := &cp.State
+	bad := func(field string, i int, format string, args ...any) error {
+		return checkpointErr(name, fmt.Sprintf("%s line %d", field, i+1), format, args...)
+	}
+	var commits []*commitInfo
+	for i, line := range st.Commits {
+		hash, when, ok := strings.Cut(line, " ")
+		t, err := strconv.ParseInt(when, 10, 64)
+		if !ok || err != nil || !evidence.IsCommitHash(hash) {
+			return nil, bad("state.commits", i, "%q is not a commit hash and a time", line)
+		}
+		ci := &commitInfo{hash: plumbing.NewHash(hash), when: time.Unix(t, 0), index: i, sigErr: &sigResult{}}
+		if a.byHash[ci.hash] != nil {
+			return nil, bad("state.commits", i, "%s appears twice", hash)
+		}
+		commits = append(commits, ci)
+		a.byHash[ci.hash] = ci
+	}
+	if len(commits) == 0 || commits[len(commits)-1].hash.String() != cp.Tip {
+		return nil, checkpointErr(name, "state.commits", "does not end at the tip %s", cp.Tip)
+	}
+	a.baseCommits = commits
+	a.base = commits[len(commits)-1]
+	raw, err := readRaw(a.rd, plumbing.CommitObject, a.base.hash)
+	if err != nil {
+		return nil, checkpointErr(name, "tip", "commit %s is not in the repository: %v", cp.Tip, err)
+	}
+	hdr, err := gitobj.ParseCommitHeader(raw)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: could not decode commit %s: %w", cp.Tip, err)
+	}
+	if !hdr.When.Equal(a.base.when) {
+		return nil, checkpointErr(name, "state.commits", "tip %s was committed at %s, the state says %s", cp.Tip, hdr.When.UTC().Format(time.RFC3339), a.base.when.UTC().Format(time.RFC3339))
+	}
+	a.base.tree = hdr.Tree
+
+	var runs []*runAudit
+	for i, line := range st.Runs {
+		f := strings.SplitN(line, " ", 5)
+		if len(f) != 5 {
+			return nil, bad("state.runs", i, "%d fields, not 5", len(f))
+		}
+		seq, err := strconv.ParseInt(f[1], 10, 64)
+		rp, ok := evidence.ParsePath(f[4] + "/" + evidence.AdmissionFile)
+		if err != nil || seq < 0 || (f[0] != "0" && f[0] != "1") || !ok || !rp.InRun() || rp.Dir() != f[4] || a.runsByDir[f[4]] != nil {
+			return nil, bad("state.runs", i, "%q is not a run directory named once, admitted 0 or 1 and a receipt sequence", line)
+		}
+		r := newRunAudit(a, rp.Cluster, rp.Run, f[4], map[string]*fileRec{})
+		r.admitted = f[0] == "1"
+		if seq > 0 {
+			r.receipt = &evidence.Receipt{Sequence: seq}
+			if f[2] != "-" {
+				r.receipt.Previous = &evidence.FileRef{Digest: specs.Digest(f[2]), Path: f[3]}
+			}
+		}
+		a.runsByDir[r.dir] = r
+		runs = append(runs, r)
+	}
+	for i, line := range st.Files {
+		f := strings.SplitN(line, " ", 7)
+		if len(f) != 7 {
+			return nil, bad("state.files", i, "%d fields, not 7", len(f))
+		}
+		landed, err := strconv.Atoi(f[0])
+		if err != nil || landed < 0 || landed >= len(commits) {
+			return nil, bad("state.files", i, "landed %q is not a commit of state.commits", f[0])
+		}
+		blob, err := hex.DecodeString(f[1])
+		if err != nil || len(blob) != len(plumbing.ZeroHash) {
+			return nil, bad("state.files", i, "%q is not an object hash", f[1])
+		}
+		kind, ok := stateKinds[f[3]]
+		if !ok {
+			return nil, bad("state.files", i, "kind %q is not one of d, a, i, c, -", f[3])
+		}
+		p := f[6]
+		if a.files[p] != nil {
+			return nil, bad("state.files", i, "%s appears twice", p)
+		}
+		c := commits[landed]
+		fr := &fileRec{path: p, blob: plumbing.NewHash(f[1]), commit: c, landed: c, digest: specs.Digest(f[2])}
+		switch kind {
+		case kindDocument, kindApproval:
+			fr.doc = &docRec{kind: kind}
+		case kindIndex, kindChain:
+			if fr.data, err = base64.StdEncoding.DecodeString(f[5]); err != nil {
+				return nil, bad("state.files", i, "content of %s: %v", p, err)
+			}
+		}
+		a.files[p] = fr
+		if f[4] == "-" {
+			continue
+		}
+		ri, err := strconv.Atoi(f[4])
+		if err != nil || ri < 0 || ri >= len(runs) || !strings.HasPrefix(p, runs[ri].dir+"/") {
+			return nil, bad("state.files", i, "run %q of %s is not its run directory in state.runs", f[4], p)
+		}
+		runs[ri].files[p[len(runs[ri].dir)+1:]] = fr
+	}
+	for _, r := range runs {
+		r.admFile = r.files[evidence.AdmissionFile]
+		if r.receipt == nil {
+			open = append(open, r)
+			continue
+		}
+		if r.rcFile = r.files[evidence.ReceiptFile]; r.rcFile == nil {
+			return nil, checkpointErr(name, "state.runs", "run %s has a receipt sequence but no receipt in state.files", r.dir)
+		}
+		r.checked, r.queued, r.restored = true, true, true
+	}
+	return open, nil
+}
+
+// checkpoint returns the checkpoint of a clean audit's end: its tip and
+// the state a later audit continues from, signed by key.
+func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
+	commits := append(append([]*commitInfo(nil), a.baseCommits...), a.commits...)
+	if len(commits) == 0 {
+		return nil, errors.New("evidence: no commit to checkpoint")
+	}
+	tip := commits[len(commits)-1]
+	cp := Checkpoint{Branch: a.branch, Tip: tip.hash.String(), TipCommitted: tip.when.UTC(), AuditedAt: a.opts.Now.UTC(),
+		TrustPolicyDigest: a.policy.Digest()}
+	for _, c := range commits {
+		cp.State.Commits = append(cp.State.Commits, c.hash.String()+" "+strconv.FormatInt(c.when.Unix(), 10))
+	}
+	runOf := map[*fileRec]int{}
+	for i, r := range a.runs {
+		adm, prev := 0, "- -"
+		if r.admitted {
+			adm = 1
+		}
+		var seq int64
+		if r.receipt != nil {
+			seq = r.receipt.Sequence
+			if pr := r.receipt.Previous; pr != nil {
+				prev = string(pr.Digest) + " " + pr.Path
+			}
+		}
+		if strings.Count(prev, " ") != 1 {
+			return nil, fmt.Errorf("evidence: run directory %q cannot be written in a checkpoint", r.dir)
+		}
+		cp.State.Runs = append(cp.State.Runs, fmt.Sprintf("%d %d %s %s", adm, seq, prev, r.dir))
+		for _, f := range r.files {
+			runOf[f] = i
+		}
+	}
+	var paths []string
+	for p := range a.files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		f := a.files[p]
+		kind, run, data := "-", "-", "-"
+		switch classify(p) {
+		case kindDocument:
+			kind = "d"
+		case kindApproval:
+			kind = "a"
+		case kindIndex:
+			kind, data = "i", base64.StdEncoding.EncodeToString(f.data)
+		case kindChain:
+			kind, data = "c", base64.StdEncoding.EncodeToString(f.data)
+		}
+		if i, ok := runOf[f]; ok {
+			run = strconv.Itoa(i)
+		}
+		cp.State.Files = append(cp.State.Files, fmt.Sprintf("%d %s %s %s %s %s %s", f.landed.index, f.blob, f.digest, kind, run, data, p))
+	}
+	st, err := signing.NewStatement(PredicateCheckpoint,
+		[]signing.Subject{signing.SubjectFor(path.Join("git-commit", a.branch), specs.DigestOf([]byte(cp.Tip)))}, cp)
+	if err != nil {
+		return nil, err
+	}
+	return signing.SignStatement(st, key)
+}

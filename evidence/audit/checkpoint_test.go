@@ -1,0 +1,335 @@
+package audit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/signing"
+	"signet.dev/signet/specs"
+)
+
+// checkpointPolicy is the fixture's trust policy with auditor allowed to
+// sign audit checkpoints, the reconciler's key revoked at revokedAt (none
+// when zero) and after commit anchor (none when "").
+func checkpointPolicy(t *testing.T, f *evidencetest.Fixture, auditor *signing.PrivateKey, revokedAt time.Time, anchor string) *signing.TrustPolicy {
+	t.Helper()
+	rk := signing.KeySpec(f.Reconciler.Public())
+	if !revokedAt.IsZero() {
+		rk.RevokedAt = revokedAt.UTC().Format(time.RFC3339)
+	}
+	rk.RevokedAfterCommit = anchor
+	p, err := signing.NewTrustPolicy("checkpointing", signing.TrustPolicySpec{
+		Keys:            []signing.TrustedKeySpec{signing.KeySpec(f.Approver.Public()), rk, signing.KeySpec(auditor.Public())},
+		Approvers:       []string{f.Approver.KeyID()},
+		EvidenceSigners: []string{f.Reconciler.KeyID()},
+		Auditors:        []string{auditor.KeyID()},
+	})
+	require.NoError(t, err)
+	return p
+}
+
+func newKey(t *testing.T) *signing.PrivateKey {
+	t.Helper()
+	k, err := signing.GenerateKey(signing.AlgorithmEd25519)
+	require.NoError(t, err)
+	return k
+}
+
+// TestIncrementalAuditAgrees: on every tamper case of the audit's tests,
+// a chain of incremental audits (each starting from the checkpoint of the
+// last clean one, one commit further) reports at every commit of the
+// first-parent history exactly the findings of the full audit of the
+// branch at that commit.
+func TestIncrementalAuditAgrees(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b", "run-c")
+	require.NoError(t, err)
+	auditor := newKey(t)
+	read := func(t *testing.T, c *evidencetest.Copy, p string) []byte {
+		b, err := c.Read("refs/heads/"+evidencetest.Branch, p)
+		require.NoError(t, err)
+		return b
+	}
+	find := func(t *testing.T, c *evidencetest.Copy, parts ...string) string {
+		p, err := c.Find(parts...)
+		require.NoError(t, err)
+		return p
+	}
+	appendFiles := func(t *testing.T, c *evidencetest.Copy, files map[string][]byte) {
+		_, err := c.Append(files)
+		require.NoError(t, err)
+	}
+	rewrite := func(t *testing.T, c *evidencetest.Copy, p string, changes map[string][]byte) {
+		at, err := c.Landed(p)
+		require.NoError(t, err)
+		_, err = c.Rewrite(at, changes)
+		require.NoError(t, err)
+	}
+	tipTime := func(t *testing.T, c *evidencetest.Copy) (string, time.Time) {
+		tip, err := c.Tip()
+		require.NoError(t, err)
+		when, err := c.CommitTime(tip)
+		require.NoError(t, err)
+		return tip, when
+	}
+	plain := func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+		return checkpointPolicy(t, f, auditor, time.Time{}, "")
+	}
+	for _, tc := range []struct {
+		name string
+		// tamper changes the copy and returns the policy to audit it
+		// under; later is how long after now the audits run.
+		tamper func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy
+		later  time.Duration
+	}{
+		{"clean", plain, 0},
+		{"stray file in a finished run", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			adm := find(t, c, "/run-a/"+evidence.AdmissionFile)
+			appendFiles(t, c, map[string][]byte{path.Join(path.Dir(adm), "nodes", "extra.json"): []byte(`{"node":"extra"}`)})
+			return plain(t, c)
+		}, 0},
+		{"document of a finished run deleted", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			appendFiles(t, c, map[string][]byte{find(t, c, "/run-a/checks/00-first.json"): nil})
+			return plain(t, c)
+		}, 0},
+		{"document of a finished run replaced", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			other := read(t, c, find(t, c, "/run-b/checks/01-second.json"))
+			appendFiles(t, c, map[string][]byte{find(t, c, "/run-b/checks/00-first.json"): other})
+			return plain(t, c)
+		}, 0},
+		{"cancel added after the receipt", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			adm := find(t, c, "/run-a/"+evidence.AdmissionFile)
+			appendFiles(t, c, map[string][]byte{path.Join(path.Dir(adm), evidence.CancelFile): read(t, c, find(t, c, "/run-c/"+evidence.EvidenceFile))})
+			return plain(t, c)
+		}, 0},
+		{"document copied from a run before the checkpoint", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			adm := find(t, c, "/run-c/"+evidence.AdmissionFile)
+			appendFiles(t, c, map[string][]byte{path.Join(path.Dir(adm), "copy.json"): read(t, c, find(t, c, "/run-a/checks/00-first.json"))})
+			return plain(t, c)
+		}, 0},
+		{"chain link forking a receipt before the checkpoint", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			p := find(t, c, "/run-a/"+evidence.ReceiptFile)
+			link := fmt.Sprintf(`{"run":"run-a","receipt":{"path":%q,"digest":%q}}`, p, specs.DigestOf(read(t, c, p)))
+			appendFiles(t, c, map[string][]byte{evidence.ChainPath(evidencetest.Cluster, 4): []byte(link)})
+			return plain(t, c)
+		}, 0},
+		{"index entry of a run before the checkpoint in another shard", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			adm := find(t, c, "/run-a/"+evidence.AdmissionFile)
+			appendFiles(t, c, map[string][]byte{"ids/" + evidencetest.Cluster + "/zz/run-a": []byte(path.Dir(adm) + "\n")})
+			return plain(t, c)
+		}, 0},
+		{"forged signature", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			p := find(t, c, "/run-b/checks/00-first.json")
+			forged, err := evidencetest.FlipSignature(read(t, c, p))
+			require.NoError(t, err)
+			rewrite(t, c, p, map[string][]byte{p: forged})
+			return plain(t, c)
+		}, 0},
+		{"receipt missing past the deadline", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			p := find(t, c, "/run-b/receipt.json")
+			rewrite(t, c, p, map[string][]byte{p: nil, evidence.ChainPath(evidencetest.Cluster, 2): nil})
+			return plain(t, c)
+		}, 24 * time.Hour},
+		{"lifecycle order", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			p := find(t, c, "/run-a/checks/00-first.json")
+			rewrite(t, c, p, map[string][]byte{p: nil})
+			return plain(t, c)
+		}, 0},
+		{"decreasing commit time", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			_, when := tipTime(t, c)
+			_, err := c.AppendDated(when.Add(-time.Hour), nil)
+			require.NoError(t, err)
+			return checkpointPolicy(t, f, auditor, when.Add(time.Hour), "")
+		}, 0},
+		{"document time after its commit", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			_, when := tipTime(t, c)
+			resignReceipt(t, f, c, "run-b", 2, func(commit time.Time) time.Time { return commit.Add(2 * time.Hour) })
+			return checkpointPolicy(t, f, auditor, when.Add(time.Hour), "")
+		}, 0},
+		{"commit after the revocation anchor", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			tip, when := tipTime(t, c)
+			_, err := c.AppendDated(when, nil)
+			require.NoError(t, err)
+			return checkpointPolicy(t, f, auditor, when.Add(time.Hour), tip)
+		}, 0},
+		{"documents after the revocation anchor", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			anchor, err := c.Landed(find(t, c, "/run-a/receipt.json"))
+			require.NoError(t, err)
+			return checkpointPolicy(t, f, auditor, time.Time{}, anchor)
+		}, 0},
+		{"revocation anchor not on the history", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			return checkpointPolicy(t, f, auditor, time.Time{}, strings.Repeat("ab", 20))
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+			require.NoError(t, err)
+			policy := tc.tamper(t, c)
+			now := time.Now().Add(tc.later)
+			commits, err := c.Commits()
+			require.NoError(t, err)
+			tip := commits[len(commits)-1]
+			defer func() { _, _ = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip) }()
+			var checkpoint []byte
+			used := 0
+			for i, h := range commits {
+				_, err := c.Git("update-ref", "refs/heads/"+evidencetest.Branch, h)
+				require.NoError(t, err)
+				full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now})
+				require.NoError(t, err)
+				incr, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
+					Checkpoint: checkpoint, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
+				require.NoError(t, err, "commit %d", i)
+				require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
+				assert.Equal(t, full.Pin, incr.Pin, "commit %d", i)
+				if i == len(commits)-1 && tc.name != "clean" {
+					require.NotEmpty(t, full.Findings, "the tamper is found at the tip")
+				}
+				if checkpoint != nil {
+					used++
+					require.NotNil(t, incr.From)
+				}
+				if incr.Clean() {
+					require.NotEmpty(t, incr.Checkpoint, "a clean audit writes its checkpoint")
+					checkpoint = incr.Checkpoint
+				} else {
+					require.Empty(t, incr.Checkpoint, "an audit with findings writes no checkpoint")
+				}
+			}
+			if tc.name != "revocation anchor not on the history" {
+				assert.Positive(t, used, "no incremental audit ran")
+			}
+		})
+	}
+}
+
+// TestCheckpointRefused: a checkpoint that cannot be trusted for this
+// branch is an error wrapping ErrCheckpoint naming the field, never a
+// report.
+func TestCheckpointRefused(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b")
+	require.NoError(t, err)
+	auditor := newKey(t)
+	policy := checkpointPolicy(t, f, auditor, time.Time{}, "")
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	commits, err := c.Commits()
+	require.NoError(t, err)
+	// The checkpoint of the branch one commit before its tip.
+	tip := commits[len(commits)-1]
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-2])
+	require.NoError(t, err)
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, CheckpointKey: auditor})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "%v", rep.Findings)
+	good := rep.Checkpoint
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
+	require.NoError(t, err)
+
+	// resign edits the checkpoint's predicate and signs it with key.
+	resign := func(key *signing.PrivateKey, edit func(cp map[string]any)) []byte {
+		b, err := evidencetest.Resign(good, key, edit)
+		require.NoError(t, err)
+		return b
+	}
+	var env signing.Envelope
+	require.NoError(t, json.Unmarshal(good, &env))
+	env.Payload = env.Payload[:len(env.Payload)-8] + "AAAAAAA="
+	tampered, err := json.Marshal(env)
+	require.NoError(t, err)
+	other := checkpointPolicy(t, f, auditor, time.Now().Add(1000*time.Hour), "")
+
+	for _, tc := range []struct {
+		name       string
+		checkpoint []byte
+		branch     string
+		policy     *signing.TrustPolicy
+		rewrite    bool
+		want       string
+	}{
+		{"signed by the evidence signer", resign(f.Reconciler, nil), "", policy, false, "checkpoint.json: signature: signed by key " + f.Reconciler.KeyID()[:12] + ", which is not allowed to sign audit checkpoints"},
+		{"signed by a key outside the policy", resign(newKey(t), nil), "", policy, false, "checkpoint.json: signature: signed by key"},
+		{"state tampered after signing", tampered, "", policy, false, "checkpoint.json: signature:"},
+		{"state edited and re-signed by a stranger", resign(newKey(t), func(cp map[string]any) { cp["state"].(map[string]any)["runs"] = []any{} }), "", policy, false, "checkpoint.json: signature:"},
+		{"other branch", resign(auditor, func(cp map[string]any) { cp["branch"] = "signet/other" }), "", policy, false, `checkpoint.json: branch: "signet/other", but the audit reads branch "signet/evidence"`},
+		{"other trust policy", good, "", other, false, "checkpoint.json: trustPolicyDigest:"},
+		{"tip not on the branch", good, "", policy, true, "checkpoint.json: tip: " + commits[len(commits)-2] + " is not on the first-parent history"},
+		{"state that does not hold together", resign(auditor, func(cp map[string]any) {
+			st := cp["state"].(map[string]any)
+			files := st["files"].([]any)
+			_, rest, _ := strings.Cut(files[0].(string), " ")
+			files[0] = "100000 " + rest
+		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of state.commits`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := c.Dir
+			if tc.rewrite {
+				r, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+				require.NoError(t, err)
+				p, err := r.Find("/run-a/checks/00-first.json")
+				require.NoError(t, err)
+				at, err := r.Landed(p)
+				require.NoError(t, err)
+				_, err = r.Rewrite(at, map[string][]byte{p + ".extra": []byte("x")})
+				require.NoError(t, err)
+				repo = r.Dir
+			}
+			rep, err := audit.Branch(t.Context(), audit.Options{Repo: repo, Policy: tc.policy, Checkpoint: tc.checkpoint, CheckpointName: "checkpoint.json"})
+			require.ErrorIs(t, err, audit.ErrCheckpoint, "the checkpoint must be refused")
+			assert.Nil(t, rep, "a refused checkpoint gives no report")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// The same checkpoint, untouched, is used.
+	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: good, CheckpointName: "checkpoint.json"})
+	require.NoError(t, err)
+	assert.True(t, rep.Clean(), "%v", rep.Findings)
+	require.NotNil(t, rep.From)
+	assert.Equal(t, commits[len(commits)-2], rep.From.Tip)
+	assert.Equal(t, 1, rep.Commits, "only the commit after the checkpoint's tip is read")
+}
+
+// TestCheckpointOpenRunFlaggedLater: a run still open at the checkpoint
+// (admitted, no receipt yet, inside its deadline) is not vouched for: an
+// audit from the checkpoint past the run's deadline flags it, even with
+// no commit after the checkpoint's tip.
+func TestCheckpointOpenRunFlaggedLater(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b")
+	require.NoError(t, err)
+	auditor := newKey(t)
+	policy := checkpointPolicy(t, f, auditor, time.Time{}, "")
+	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
+	require.NoError(t, err)
+	adm, err := c.Find("/run-b/" + evidence.AdmissionFile)
+	require.NoError(t, err)
+	landed, err := c.Landed(adm)
+	require.NoError(t, err)
+	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, landed)
+	require.NoError(t, err)
+	now := time.Now()
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now, CheckpointKey: auditor})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "%v", rep.Findings)
+	require.NotEmpty(t, rep.Checkpoint)
+
+	later := now.Add(24 * time.Hour)
+	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later, Checkpoint: rep.Checkpoint, CheckpointName: "checkpoint.json"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Commits)
+	got := findings(rep, audit.RuleIncompleteRun)
+	require.Len(t, got, 1, "the run open at the checkpoint must be flagged past its deadline: %v", rep.Findings)
+	assert.Equal(t, "run-b", got[0].Run)
+	full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later})
+	require.NoError(t, err)
+	assert.Equal(t, full.Findings, rep.Findings)
+}

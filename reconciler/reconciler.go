@@ -50,6 +50,11 @@ type Reconciler struct {
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
 	wake    chan struct{}
+	// reportReq holds at most one pending look at the evidence tip by
+	// the report goroutine (startReports).
+	reportReq chan struct{}
+	// evidenceAuth is the evidence remote's credentials, for the report.
+	evidenceAuth evidence.Auth
 }
 
 // SpecSource is where the reconciler reads specs from: one Git repository.
@@ -97,6 +102,9 @@ type Options struct {
 	// when no tip is remembered or pinned (--accept-current-tip); the
 	// store logs it and remembers it from then on.
 	AcceptCurrentTip bool
+	// EvidenceAuth is the evidence remote's credentials, which the report
+	// of config field report.dir reads the branch with (Build sets it).
+	EvidenceAuth evidence.Auth
 }
 
 // New builds a Reconciler. It does not start anything; call Recover and
@@ -126,6 +134,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		reportReq: make(chan struct{}, 1), evidenceAuth: o.EvidenceAuth,
 	}, nil
 }
 
@@ -142,6 +151,7 @@ const TriggerGap = time.Second
 // Start runs the poll loop until ctx ends: a reconcile every interval,
 // after a run frees nodes or finishes, and when Trigger is called.
 func (r *Reconciler) Start(ctx context.Context) {
+	r.startReports(ctx)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -152,6 +162,7 @@ func (r *Reconciler) Start(ctx context.Context) {
 			if _, err := r.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
 				r.log.Error("reconcile failed", "error", err)
 			}
+			r.askReport()
 			select {
 			case <-ctx.Done():
 				return

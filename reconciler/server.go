@@ -52,7 +52,8 @@ type Listener struct {
 
 // Listeners returns the daemon's listeners, each only when its address is
 // configured (Listen always, DefaultListen when unset):
-//   - "main" (listen): /healthz, /readyz, /status and POST /reconcile;
+//   - "main" (listen): /healthz, /readyz, /status and POST /reconcile,
+//     and with report.dir the report's files read-only under /report/;
 //   - "probe" (probeListen): /healthz and /readyz only, for the kubelet;
 //   - "metrics" (metricsListen): /metrics only;
 //   - "webhook" (webhook.listen): /hooks/github and /hooks/gitlab.
@@ -68,6 +69,9 @@ func (r *Reconciler) Listeners(gatherer prometheus.Gatherer, sec *Secrets) []Lis
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(r.Status())
 	})
+	if r.cfg.Report.Dir != "" {
+		main.Handle("GET /report/", reportFiles(r.cfg.Report.Dir))
+	}
 	main.HandleFunc("POST /reconcile", func(w http.ResponseWriter, req *http.Request) {
 		if sec.TriggerToken == "" {
 			http.NotFound(w, req)

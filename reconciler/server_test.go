@@ -285,6 +285,8 @@ func TestFinding7ListenConfigValidated(t *testing.T) {
 		{"shared address", "listen: 127.0.0.1:8080\nmetricsListen: 127.0.0.1:8080\n", `metricsListen: "127.0.0.1:8080" is also listen`},
 		{"receiver without listener", "webhook:\n  gitlabTokenFile: /x\n", `webhook.listen: "" but a receiver is configured`},
 		{"listener without receiver", "webhook:\n  listen: 0.0.0.0:9443\n", `webhook.listen: "0.0.0.0:9443" serves no receiver`},
+		{"relative report dir", "report:\n  dir: report\n", `report.dir: "report" must be an absolute, clean path other than /`},
+		{"root report dir", "report:\n  dir: /\n", `report.dir: "/" must be an absolute, clean path other than /`},
 		{"unknown field", "webhook:\n  listn: 0.0.0.0:9443\n", `unknown-field.yaml:10:3: webhook.listn: unknown field; did you mean "listen"?`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

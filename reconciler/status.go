@@ -203,3 +203,50 @@ func (r *Reconciler) Status() Status {
 	st.UpdatedAt = r.now()
 	return st
 }
+
+// What a request that is not admitted waits for (WaitingRequest.For).
+const (
+	WaitingForApproval = "approval"
+	WaitingForNodes    = "nodes"
+)
+
+// WaitingRequest is a request the admission gates stopped because an
+// approval is missing (its own or its profile's) or its nodes are busy or
+// not eligible now; Message is the gate's own words (which threshold is
+// not met, which node is held by which run).
+type WaitingRequest struct {
+	Cluster string `json:"cluster"`
+	Request string `json:"request"`
+	For     string `json:"for"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Waiting lists the requests of st, in name order, that wait for an
+// approval (Ready reason NotApproved or ProfileNotApproved) or for nodes
+// (NodesBusy, NodesIneligible). A request refused for another reason
+// (invalid, over the ceiling, canceled before admission) is not waiting:
+// it is in st with its Stalled condition.
+func Waiting(st Status) []WaitingRequest {
+	var out []WaitingRequest
+	for _, o := range st.Objects {
+		if o.Kind != specs.KindRequest || o.Run != "" || len(o.Conditions) == 0 {
+			continue
+		}
+		c := o.Conditions[0] // Ready, always first
+		if c.Type != meta.ReadyCondition || c.Status != metav1.ConditionFalse {
+			continue
+		}
+		w := WaitingRequest{Cluster: st.Cluster, Request: o.Name, Reason: c.Reason, Message: c.Message}
+		switch c.Reason {
+		case "NotApproved", "ProfileNotApproved":
+			w.For = WaitingForApproval
+		case "NodesBusy", "NodesIneligible":
+			w.For = WaitingForNodes
+		default:
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}

@@ -207,6 +207,7 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 	}
 	o.Families = append(o.Families, fams...)
 	o.Logger, o.Store, o.Source, o.Key, o.Metrics = log, store, src, key, NewMetrics(reg)
+	o.EvidenceAuth = evidence.Auth{Token: evAuth.Token, Username: evAuth.Username, Password: evAuth.Password, SSHSigner: evAuth.SSHSigner}
 	r, err := New(cfg, o)
 	if err != nil {
 		store.Close()

@@ -50,7 +50,9 @@ func newReconcileCmd() *cobra.Command {
 trust policy, run approved requests and commit signed evidence and receipts to the
 evidence branch. Serves /healthz, /readyz, /status and POST /reconcile on listen
 (loopback by default), and, when configured, /healthz and /readyz on probeListen,
-/metrics on metricsListen and the webhook receivers on webhook.listen. SIGTERM stops
+/metrics on metricsListen and the webhook receivers on webhook.listen. With report.dir,
+it rebuilds the HTML report of signet report there whenever the evidence branch moved
+and serves it read-only at /report/ on listen. SIGTERM stops
 it gracefully: every admitted run stays recoverable and resumes on the next start.
 
 With --now, POST /reconcile to a running daemon with the bearer token of

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -32,8 +34,11 @@ type statusOptions struct {
 	Verdict string
 	Since   string
 	Limit   int
-	Timeout time.Duration
-	Output  outputOptions
+	// Reconcilers are the status addresses of daemons to ask for the
+	// requests they have not admitted (waiting for approval or nodes).
+	Reconcilers []string
+	Timeout     time.Duration
+	Output      outputOptions
 }
 
 // AddFlags registers the command's flags.
@@ -45,6 +50,7 @@ func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Verdict, "verdict", "", "only runs with this verdict (Pass, Fail, Error, Inconclusive, Canceled; none: still open)")
 	fs.StringVar(&o.Since, "since", "", "only runs admitted since this time (RFC 3339) or this long ago (24h)")
 	fs.IntVar(&o.Limit, "limit", 0, "only the newest N runs (0: all)")
+	fs.StringArrayVar(&o.Reconcilers, "reconciler", nil, "a reconciler daemon's status address (its listen, e.g. http://127.0.0.1:8080), repeatable: also list the requests it has not admitted, waiting for an approval or for nodes")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	o.Output.AddFlags(fs)
 }
@@ -61,10 +67,17 @@ verdict, the runs still open and the nodes retained until an approved release. -
 verdicts are over every run). Status reads the branch's tip; it does not verify
 signatures or history: use signet audit or signet verify for that.
 
-Exit status: 0, or 2 when the branch could not be read.`,
-		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml",
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+Requests that are not admitted leave nothing on the branch: only the reconciler that
+decided knows why. With --reconciler (repeatable, one per daemon), status asks each
+daemon's GET /status and lists the requests waiting for an approval (which threshold or
+approval is missing) or for nodes (which node is held by which run, or not eligible),
+in the words of its admission gates.
+
+Exit status: 0, or 2 when the branch or a reconciler's status could not be read.`,
+		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml\n" +
+			"  signet status --repo . --reconciler http://127.0.0.1:8080",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
@@ -81,6 +94,9 @@ type statusJSON struct {
 	// Retained are the nodes a finished, non-Pass run still holds until
 	// an approved release (of the runs listed).
 	Retained []retainedNode `json:"retained,omitempty"`
+	// Waiting are the requests the --reconciler daemons have not
+	// admitted, waiting for an approval or for nodes.
+	Waiting []reconciler.WaitingRequest `json:"waiting,omitempty"`
 }
 
 // retainedNode is a node a finished run retains.
@@ -120,16 +136,68 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	}
 	o.filter(st, since)
 	retained := retainedNodes(st.Runs)
+	var waiting []reconciler.WaitingRequest
+	for _, addr := range o.Reconcilers {
+		ds, err := daemonStatus(ctx, addr)
+		if err != nil {
+			return exitCode(exitAuditUsage, err)
+		}
+		waiting = append(waiting, reconciler.Waiting(*ds)...)
+	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained}
+		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained, Waiting: waiting}
 		for _, r := range st.Runs {
 			out.Runs = append(out.Runs, runStatusJSON{RunStatus: r, Conditions: runConditions(r, now)})
 		}
 		return o.Output.Write(w, out)
 	}
 	printStatus(w, st, retained)
+	printWaiting(w, waiting)
 	return nil
+}
+
+// maxDaemonStatus bounds the /status answer signet status reads.
+const maxDaemonStatus = 64 << 20
+
+// daemonStatus reads GET /status of the reconciler daemon at addr (a URL,
+// or host:port for http).
+func daemonStatus(ctx context.Context, addr string) (*reconciler.Status, error) {
+	base := addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u := strings.TrimSuffix(base, "/") + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--reconciler %q: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("--reconciler %q: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("--reconciler %q: GET %s answered %s", addr, u, resp.Status)
+	}
+	var st reconciler.Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDaemonStatus)).Decode(&st); err != nil {
+		return nil, fmt.Errorf("--reconciler %q: GET %s: not a reconciler status: %w", addr, u, err)
+	}
+	return &st, nil
+}
+
+// printWaiting lists the requests waiting for an approval or for nodes.
+func printWaiting(w io.Writer, waiting []reconciler.WaitingRequest) {
+	if len(waiting) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCLUSTER\tWAITING REQUEST\tFOR\tREASON\tDETAIL")
+	for _, r := range waiting {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Request, r.For, r.Reason, r.Message)
+	}
+	tw.Flush()
 }
 
 // parseSince reads --since: an RFC 3339 time, or a duration before now;

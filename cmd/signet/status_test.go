@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
 )
@@ -120,4 +126,69 @@ func TestStatusFilters(t *testing.T) {
 		{Cluster: "c", Run: "open", Phase: evidence.PhaseChecking, Nodes: []audit.NodeReport{{Node: "d"}}},
 	})
 	assert.Equal(t, []retainedNode{{Cluster: "c", Node: "a", Run: "failed", Verdict: specs.VerdictFail}}, retained)
+}
+
+// TestStatusWaiting: with --reconciler, signet status lists the requests a
+// real reconciler's /status (served by its own handler) shows not
+// admitted: one waiting for nodes (its node held by the running run,
+// named) and one waiting for approval (the missing approval named), in
+// text and JSON; a request that runs is not waiting, and an unreachable
+// daemon is exit 2.
+func TestStatusWaiting(t *testing.T) {
+	keys := testenv.NewKeys(t)
+	repo := testenv.NewRepo(t)
+	repo.AddProfile("long", "", testenv.Check{Name: "wait", Script: "echo started; exec sleep 60", Deadline: 120})
+	for _, name := range []string{"first", "queued", "unapproved"} {
+		repo.AddRequestFor(name, "long", []string{"localhost"})
+	}
+	repo.Commit("specs")
+	repo.Approve(keys.ApproverFile, "", "CertificationProfile/long", "CertificationRequest/first", "CertificationRequest/queued")
+	cfg := &reconciler.Config{
+		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
+		Cluster:     "east",
+		Spec:        reconciler.SourceConfig{URL: repo.Dir, Branch: "main"},
+		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: repo.Dir, Branch: evidencetest.Branch}},
+		TrustPolicy: keys.TrustFile, SigningKey: keys.ReconcilerFile,
+		StateDir: filepath.Join(t.TempDir(), "state"), Interval: 1,
+		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(testenv.WorldDir(t), "work")}},
+	}
+	sec, err := reconciler.LoadSecrets(cfg)
+	require.NoError(t, err)
+	ctx := t.Context()
+	r, store, err := reconciler.Build(ctx, cfg, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, reconciler.Options{})
+	require.NoError(t, err)
+	defer store.Close()
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = r.Close(c)
+	}()
+	require.NoError(t, r.Recover(ctx))
+	// "first" is admitted and runs; the pass that admits it looks at
+	// "queued" after it (name order), whose node "first" now holds.
+	res, err := r.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"first"}, res.Admitted)
+	srv := httptest.NewServer(r.Listeners(nil, sec)[0].Handler)
+	defer srv.Close()
+
+	out, stderr, code := runSigningCLI(t, "status", "--repo", repo.Dir, "--reconciler", srv.URL, "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Len(t, st.Waiting, 2, out)
+	queued, unapproved := st.Waiting[0], st.Waiting[1]
+	assert.Equal(t, reconciler.WaitingRequest{Cluster: "east", Request: "queued", For: reconciler.WaitingForNodes, Reason: "NodesBusy", Message: queued.Message}, queued)
+	assert.Contains(t, queued.Message, `is held by run "first"`)
+	assert.Equal(t, reconciler.WaitingRequest{Cluster: "east", Request: "unapproved", For: reconciler.WaitingForApproval, Reason: "NotApproved", Message: unapproved.Message}, unapproved)
+	assert.Contains(t, unapproved.Message, "no approval names CertificationRequest/unapproved")
+
+	out, stderr, code = runSigningCLI(t, "status", "--repo", repo.Dir, "--reconciler", srv.URL)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `(?m)^east +queued +nodes +NodesBusy +node "[^"]+" is held by run "first"`, out)
+	assert.Regexp(t, `(?m)^east +unapproved +approval +NotApproved +.*no approval names CertificationRequest/unapproved`, out)
+
+	_, stderr, code = runSigningCLI(t, "status", "--repo", repo.Dir, "--reconciler", "127.0.0.1:1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `--reconciler "127.0.0.1:1"`)
 }

@@ -1,0 +1,109 @@
+package reconciler
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"os"
+	"strings"
+
+	"signet.dev/signet/report"
+)
+
+// startReports keeps the report of config field report.dir, when set:
+// after each pass (askReport) that finds the evidence branch's tip moved
+// since the last report written, it rebuilds the report there with
+// report.Build, the code of `signet report`, and the trust policy read
+// anew. One build at a time, on its own goroutine, so a long audit never
+// holds up admissions; requests during a build coalesce into one more.
+// A failed build is logged and retried after the next pass.
+func (r *Reconciler) startReports(ctx context.Context) {
+	if r.cfg.Report.Dir == "" {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		last := ""
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.runCtx.Done():
+				return
+			case <-r.reportReq:
+			}
+			tip := r.store.Tip()
+			if tip == "" || tip == last {
+				continue
+			}
+			if err := r.writeReport(ctx); err != nil {
+				if ctx.Err() == nil {
+					r.log.Error("report not rebuilt", "dir", r.cfg.Report.Dir, "error", err)
+				}
+				continue
+			}
+			last = tip
+		}
+	}()
+}
+
+// askReport asks the report goroutine to look at the tip; never blocks.
+func (r *Reconciler) askReport() {
+	select {
+	case r.reportReq <- struct{}{}:
+	default:
+	}
+}
+
+// writeReport audits the evidence branch and writes its report to
+// report.dir (only the files whose bytes change).
+func (r *Reconciler) writeReport(ctx context.Context) error {
+	policy, err := r.loadPolicy()
+	if err != nil {
+		return err
+	}
+	res, err := report.Build(ctx, report.Options{Repo: absURL(r.cfg.Evidence.URL), Auth: r.evidenceAuth, Branch: r.cfg.Evidence.Branch,
+		Policy: policy, Out: r.cfg.Report.Dir})
+	if err != nil {
+		return err
+	}
+	r.log.Info("report written", "dir", r.cfg.Report.Dir, "files", res.Pages, "written", res.Written, "removed", res.Removed, "findings", len(res.Audit.Findings))
+	return nil
+}
+
+// reportFiles serves the report in dir read-only at /report/ (the index
+// at /report/): only regular files, opened through an os.Root of dir, so
+// no path, "..", or symbolic link reaches outside it; a directory is 404,
+// never listed. Before the first report is written it answers 503.
+func reportFiles(dir string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		name := strings.TrimPrefix(req.URL.Path, "/report/")
+		if name == "" {
+			name = "index.html"
+		}
+		if !fs.ValidPath(name) {
+			http.NotFound(w, req)
+			return
+		}
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			http.Error(w, "the report is not written yet", http.StatusServiceUnavailable)
+			return
+		}
+		defer root.Close()
+		f, err := root.Open(name)
+		if err != nil {
+			http.NotFound(w, req)
+			return
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			http.NotFound(w, req)
+			return
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		http.ServeContent(w, req, name, st.ModTime(), f)
+	})
+}

@@ -49,6 +49,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 	r.mu.Unlock()
 	if noop {
 		r.metrics.noops.Inc()
+		r.metrics.lastSuccess.SetToCurrentTime()
 		return &Result{Revision: rev, Noop: true}, nil
 	}
 	fsys, err := r.source.Checkout(ctx, rev)
@@ -94,6 +95,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 	r.lastKey = key
 	r.dirty = r.dirty || pass.waitingOnCluster
 	r.mu.Unlock()
+	r.metrics.lastSuccess.SetToCurrentTime()
 	return res, nil
 }
 
@@ -244,7 +246,7 @@ func (r *Reconciler) cancelRun(ctx context.Context, p *pass, o *specs.Object, rs
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s cancel", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s cancel", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
 		return false, err
 	}
 	r.log.Info("cancel recorded", "run", rs.id, "keys", d.Keys)
@@ -277,7 +279,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s release", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s release", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
 		return false, err
 	}
 	if err := r.liftRetained(ctx, rs, nodes); err != nil {

@@ -121,12 +121,14 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 		o.Metrics = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Reconciler{
+	r := &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-	}, nil
+	}
+	o.Metrics.state.attach(r)
+	return r, nil
 }
 
 func (r *Reconciler) observe(e Event) {
@@ -271,3 +273,14 @@ func (r *Reconciler) loadPolicy() (*signing.TrustPolicy, error) {
 }
 
 var errNoop = errors.New("no change")
+
+// appendEvidence is store.Append, counting in
+// signet_evidence_push_failures_total every failure but ErrExists (the
+// create-only refusal a retried step expects) and the end of ctx.
+func (r *Reconciler) appendEvidence(ctx context.Context, message string, files []evidence.File) (string, error) {
+	commit, err := r.store.Append(ctx, message, files)
+	if err != nil && !errors.Is(err, evidence.ErrExists) && ctx.Err() == nil {
+		r.metrics.pushFailures.Inc()
+	}
+	return commit, err
+}

@@ -125,6 +125,7 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config, opts reconciler.Opti
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reconciler.RegisterBuildInfo(reg, versionString())
 	r, store, err := reconciler.Build(ctx, cfg, sec, log, reg, opts)
 	if err != nil {
 		return err

@@ -106,6 +106,13 @@ backends:
 		} {
 			assert.Contains(t, text, "\n"+line+"\n")
 		}
+		// Exactly the two requests that wait: a-broken, which ran, is not
+		// waiting, whatever its Ready says.
+		waiting := map[string]float64{}
+		for _, m := range parsed["signet_requests_waiting"].GetMetric() {
+			waiting[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+		assert.Equal(t, map[string]float64{"NodesBusy": 1, "NotApproved": 1}, waiting, "requests waiting by reason")
 		require.Contains(t, parsed, "signet_build_info")
 		bi := parsed["signet_build_info"].GetMetric()
 		require.Len(t, bi, 1)

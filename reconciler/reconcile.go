@@ -28,12 +28,21 @@ type Result struct {
 // with one object is reported in its status and never blocks the others.
 func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error) {
 	start := time.Now()
+	r.mu.Lock()
+	r.passes++
+	ps := PassStatus{Number: r.passes, StartedAt: r.now()}
+	r.mu.Unlock()
 	defer func() {
 		r.metrics.reconcileDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
 			r.metrics.errors.WithLabelValues("reconcile").Inc()
 			r.setStalled(err)
+			ps.Error = err.Error()
+		} else {
+			ps.Revision, ps.Noop, ps.Admitted = res.Revision, res.Noop, res.Admitted
 		}
+		ps.FinishedAt = r.now()
+		r.passEnded(ps)
 	}()
 	policy, err := r.loadPolicy()
 	if err != nil {
@@ -337,4 +346,14 @@ func short(rev string) string {
 		return rev[:12]
 	}
 	return rev
+}
+
+// passEnded records ps as the last pass unless a later-numbered pass
+// ended first.
+func (r *Reconciler) passEnded(ps PassStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status.LastPass == nil || r.status.LastPass.Number < ps.Number {
+		r.status.LastPass = &ps
+	}
 }

@@ -46,6 +46,8 @@ type Reconciler struct {
 	stopRuns context.CancelFunc
 	wg       sync.WaitGroup
 	ready    bool
+	// passes is how many reconcile passes have started.
+	passes int64
 	// trigger holds at most one pending pass asked for from outside
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
@@ -170,12 +172,18 @@ func (r *Reconciler) Start(ctx context.Context) {
 
 // Trigger asks the loop for a pass (webhooks, POST /reconcile). However
 // many calls arrive, at most one pass is pending, and it starts no sooner
-// than TriggerGap after the previous pass started.
-func (r *Reconciler) Trigger() {
+// than TriggerGap after the previous pass started. It returns the number
+// of the next pass to start: that pass, and every later one, starts after
+// this call and so reads the spec repository as it is now or later.
+func (r *Reconciler) Trigger() int64 {
+	r.mu.Lock()
+	next := r.passes + 1
+	r.mu.Unlock()
 	select {
 	case r.trigger <- struct{}{}:
 	default:
 	}
+	return next
 }
 
 // wakeUp asks the loop for a pass now: the reconciler's own changes (a

@@ -29,7 +29,18 @@ import (
 // gauges say what /status says, and that every query of deploy/monitoring
 // (the PrometheusRule's alerts, the Grafana dashboard's panels and
 // variables) names a metric in it.
-func TestMetrics(t *testing.T) {
+// worked is a daemon that did work: run a-broken failed and retains the
+// node, request b-waits waits for that node (NodesBusy) and c-unapproved
+// for approval (NotApproved).
+type worked struct {
+	d                 *daemon
+	repo              *testenv.Repo
+	keys              *testenv.Keys
+	config, tokenFile string
+}
+
+func startWorkedDaemon(t *testing.T) *worked {
+	t.Helper()
 	keys := testenv.NewKeys(t)
 	repo := testenv.NewRepo(t)
 	repo.AddProfile("bad", "", testenv.Check{Name: "bad", Script: "result Fail; exit 1"})
@@ -43,10 +54,12 @@ func TestMetrics(t *testing.T) {
 
 	dir := t.TempDir()
 	addr, metrics := freeAddr(t), freeAddr(t)
+	token := filepath.Join(dir, "trigger-token")
+	require.NoError(t, os.WriteFile(token, []byte("trigger-token\n"), 0o600))
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `apiVersion: signet.dev/v1alpha1
 kind: ReconcilerConfig
-cluster: metrics
+cluster: worked
 spec:
   url: %s
   branch: main
@@ -56,12 +69,13 @@ stateDir: %s
 interval: 3600s
 listen: %s
 metricsListen: %s
+triggerTokenFile: %s
 backends:
   local:
     enabled: true
     grace: 1s
     workRoot: %s
-`, repo.Dir, keys.TrustFile, keys.ReconcilerFile, filepath.Join(dir, "state"), addr, metrics, filepath.Join(testenv.WorldDir(t), "work")), 0o600))
+`, repo.Dir, keys.TrustFile, keys.ReconcilerFile, filepath.Join(dir, "state"), addr, metrics, token, filepath.Join(testenv.WorldDir(t), "work")), 0o600))
 	d := startDaemon(t, config, addr)
 	d.metrics = metrics
 	require.Eventually(t, func() bool {
@@ -77,7 +91,11 @@ backends:
 		}
 		return broken && waits
 	}, 60*time.Second, 100*time.Millisecond, "a-broken never finished, or b-waits never waited for its node")
+	return &worked{d: d, repo: repo, keys: keys, config: config, tokenFile: token}
+}
 
+func TestMetrics(t *testing.T) {
+	d := startWorkedDaemon(t).d
 	text := d.body("/metrics")
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	parsed, err := parser.TextToMetricFamilies(strings.NewReader(text))

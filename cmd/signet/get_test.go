@@ -116,7 +116,7 @@ func TestReconcileNowWait(t *testing.T) {
 	out, stderr, code := signetCmd(t, "reconcile", "--now", "--wait", "--config", w.config)
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	assert.Contains(t, out, "► reconcile requested\n◎ waiting for pass ")
-	assert.Contains(t, out, " reconciled revision "+rev[:12]+" (")
+	assert.Contains(t, out, " reconciled revision "+rev[:12]+" (", "--wait printed another pass than its own")
 
 	// No polling here: the pass --wait waited for released the node.
 	out, stderr, code = signetCmd(t, "get", "runs", "a-broken", "--config", w.config, "-o", "json")

@@ -65,17 +65,17 @@ Exit status 0, or 2 when the daemon cannot be read (signet help exit-codes).`,
 			"  signet get runs --addr 127.0.0.1:8080 -o yaml\n" +
 			"  signet get nodes --watch\n" +
 			"  kubectl -n signet-system exec deploy/signet-reconciler -- /signet get requests --config /etc/signet/config/config.yaml",
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			if len(args) == 0 {
-				return slices.Sorted(func(yield func(string) bool) {
+				return withPrefix(slices.Sorted(func(yield func(string) bool) {
 					for k := range getResources {
 						if !yield(k) {
 							return
 						}
 					}
-				}), cobra.ShellCompDirectiveNoFileComp
+				}), toComplete), cobra.ShellCompDirectiveNoFileComp
 			}
-			return nil, cobra.ShellCompDirectiveNoFileComp
+			return withPrefix(o.names(cmd.Context(), args[0]), toComplete), cobra.ShellCompDirectiveNoFileComp
 		},
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -101,6 +101,37 @@ Exit status 0, or 2 when the daemon cannot be read (signet help exit-codes).`,
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// names are the names resource lists now, for completion: none when the
+// daemon cannot be read.
+func (o *getOptions) names(ctx context.Context, resource string) []string {
+	build, ok := getResources[resource]
+	if !ok {
+		return nil
+	}
+	var cfg *reconciler.Config
+	if o.Config != "" {
+		c, err := reconciler.LoadConfig(o.Config)
+		if err != nil {
+			return nil
+		}
+		cfg = c
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
+	defer cancel()
+	st, err := fetchStatus(ctx, daemonAddr(o.Addr, cfg))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range build(st).rows {
+		out = append(out, r.name)
+	}
+	return out
 }
 
 // run prints the table once, then, with --watch, the rows that change

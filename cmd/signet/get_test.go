@@ -90,6 +90,13 @@ func TestGet(t *testing.T) {
 		require.NoError(t, yaml.Unmarshal([]byte(out), &nodes), out)
 		assert.Equal(t, []NodeHold{{Node: host, Run: "a-broken", State: "retained"}}, nodes)
 	})
+	t.Run("completion of names", func(t *testing.T) {
+		out, stderr, code := runSpecsCLI(t, "__complete", "get", "requests", "--config", w.config, "b")
+		require.Equal(t, 0, code, stderr)
+		assert.Equal(t, []string{"b-waits", ":4"}, strings.Fields(out)[:2])
+		out, _, _ = runSpecsCLI(t, "__complete", "get", "nodes", "--addr", w.d.addr, "")
+		assert.Equal(t, []string{host, ":4"}, strings.Fields(out)[:2])
+	})
 	t.Run("refusals", func(t *testing.T) {
 		_, stderr, code := signetCmd(t, "get", "widgets", "--config", w.config)
 		assert.Equal(t, exitUsage, code)

@@ -323,7 +323,7 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 		return nil, fmt.Errorf("reserving %s: %w", strings.Join(nodes, ", "), err)
 	}
 	crash.Point("after-reservation")
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s admitted (%s@%s)", r.cfg.Cluster, run, prof.Name, short(p.rev)), files); err != nil {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s admitted (%s@%s)", r.cfg.Cluster, run, prof.Name, short(p.rev)), files); err != nil {
 		r.unreserve(ctx, fleet, run, group)
 		if errors.Is(err, evidence.ErrExists) {
 			return nil, &stalledError{"NameCollision", fmt.Sprintf("run ID %q is already used in cluster %s (or was admitted concurrently): use a new request name", run, r.cfg.Cluster)}

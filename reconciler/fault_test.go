@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,6 +47,7 @@ type faultRig struct {
 	bareDir string // the server's repository
 	comp    *faultproxy.Competitor
 	r       *reconciler.Reconciler
+	reg     *prometheus.Registry
 
 	mu     sync.Mutex
 	events map[string]time.Time // "<check> started|done" → first time seen
@@ -89,8 +91,9 @@ func newFaultRig(t *testing.T) *faultRig {
 	require.NoError(t, err)
 	lb.WorkRoot = localWorkRoot(t)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g.reg = prometheus.NewRegistry()
 	g.r, err = reconciler.New(cfg, reconciler.Options{
-		Logger: log, Store: store, Source: src, Key: key,
+		Logger: log, Store: store, Source: src, Key: key, Metrics: reconciler.NewMetrics(g.reg),
 		Families: []*backend.Family{local.FamilyOf(lb)},
 		Observer: g.observe,
 	})
@@ -227,6 +230,11 @@ func TestFaultReconcile(t *testing.T) {
 			st, err := g.r.Wait(ctx, "r1")
 			require.NoError(t, err)
 			assert.Equal(t, specs.VerdictPass, st.Verdict)
+			if tt.name == "refuse" {
+				// Refused for longer than the store's deadline: an
+				// evidence append failed, and an alert can see it.
+				assert.Positive(t, g.counter(t, "signet_evidence_push_failures_total"), "a failed evidence push was not counted")
+			}
 			// The spec source works again too: a full pass succeeds.
 			_, err = g.r.ReconcileOnce(t.Context())
 			require.NoError(t, err)
@@ -235,6 +243,22 @@ func TestFaultReconcile(t *testing.T) {
 			g.checkBranch(t)
 		})
 	}
+}
+
+// counter is the value of the unlabelled counter name in the rig's
+// registry.
+func (g *faultRig) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	require.Failf(t, "no such metric", "%s", name)
+	return 0
 }
 
 // checkBranch verifies the evidence branch on the server with stock git:

@@ -183,7 +183,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		if err != nil {
 			return evidence.CheckSummary{}, err
 		}
-		if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s intent of check %s", r.cfg.Cluster, rs.id, ck.Name), []evidence.File{f}); err != nil {
+		if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s intent of check %s", r.cfg.Cluster, rs.id, ck.Name), []evidence.File{f}); err != nil {
 			// Whether another writer won or the remote failed, the backend
 			// must not be created without a durable intent of our own.
 			return evidence.CheckSummary{}, fmt.Errorf("intent: %w", err)
@@ -230,7 +230,7 @@ func (r *Reconciler) runCheck(ctx context.Context, rs *runState, i int, ck specs
 		return evidence.CheckSummary{}, err
 	}
 	files[len(files)-1] = f
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s check %s: %s", r.cfg.Cluster, rs.id, ck.Name, ce.Verdict), files); err != nil {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s check %s: %s", r.cfg.Cluster, rs.id, ck.Name, ce.Verdict), files); err != nil {
 		if errors.Is(err, evidence.ErrExists) {
 			log.Warn("check evidence already written by another writer; taking theirs")
 			return r.runCheck(ctx, rs, i, ck, stopped)
@@ -382,7 +382,7 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	if err != nil {
 		return err
 	}
-	commit, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s evidence: %s", r.cfg.Cluster, rs.id, ev.Verdict), []evidence.File{f})
+	commit, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s evidence: %s", r.cfg.Cluster, rs.id, ev.Verdict), []evidence.File{f})
 	if errors.Is(err, evidence.ErrExists) {
 		// Another writer won this step: take what it wrote.
 		_, err := r.loadEvidence(ctx, rs, p)
@@ -538,7 +538,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 			return err
 		}
 		link, _ := json.Marshal(evidence.ChainLink{Run: rs.id, Receipt: evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}})
-		_, err = r.store.Append(ctx, fmt.Sprintf("signet: %s/%s receipt #%d", r.cfg.Cluster, rs.id, rc.Sequence),
+		_, err = r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s receipt #%d", r.cfg.Cluster, rs.id, rc.Sequence),
 			[]evidence.File{f, {Path: evidence.ChainPath(r.cfg.Cluster, rc.Sequence), Data: link}})
 		if errors.Is(err, evidence.ErrExists) && attempt < 5 {
 			r.chain.invalidate()

@@ -1,16 +1,41 @@
 package reconciler
 
 import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/specs"
 )
 
-// Metrics are the reconciler's Prometheus metrics.
+// ExpiringWithin is the horizon of signet_certified_nodes_expiring_24h.
+const ExpiringWithin = 24 * time.Hour
+
+// WaitingReasons are the reasons of signet_requests_waiting that are
+// always exported (0 when no request waits for them), so that an alert on
+// them has a series before the first request waits.
+var WaitingReasons = []string{"NotApproved", "NodesBusy"}
+
+// Metrics are the reconciler's Prometheus metrics: counters and a
+// histogram updated as the reconciler works, and gauges of its state
+// (runs, retained nodes, waiting requests, certified nodes) computed from
+// Status and the Fleets at each scrape.
 type Metrics struct {
 	runs              *prometheus.CounterVec
 	checks            *prometheus.CounterVec
 	errors            *prometheus.CounterVec
+	pushFailures      prometheus.Counter
 	noops             prometheus.Counter
+	lastSuccess       prometheus.Gauge
 	reconcileDuration prometheus.Histogram
+	state             *stateCollector
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -25,13 +50,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "signet_reconcile_errors_total", Help: "Failed reconciles and run steps.",
 		}, []string{"where"}),
+		pushFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "signet_evidence_push_failures_total", Help: "Evidence appends that failed to reach the evidence branch (a path that already exists is not a failure).",
+		}),
 		noops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "signet_reconcile_noop_total", Help: "Reconciles that found nothing changed.",
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "signet_last_successful_reconcile_timestamp_seconds", Help: "Unix time at which the last reconcile pass (a no-op included) ended without error; 0 before the first.",
 		}),
 		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "signet_reconcile_duration_seconds", Help: "Duration of reconcile passes.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
+		state: &stateCollector{},
 	}
 	// Every place an error is counted exists from the start at 0, so that
 	// the series is scraped (and rate() works) before the first error.
@@ -39,7 +71,136 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.errors.WithLabelValues(where)
 	}
 	if reg != nil {
-		reg.MustRegister(m.runs, m.checks, m.errors, m.noops, m.reconcileDuration)
+		reg.MustRegister(m.runs, m.checks, m.errors, m.pushFailures, m.noops, m.lastSuccess, m.reconcileDuration, m.state)
 	}
 	return m
+}
+
+// RegisterBuildInfo registers signet_build_info (always 1) with the
+// version signet was built as and the Go version that built it.
+func RegisterBuildInfo(reg prometheus.Registerer, version string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "signet_build_info", Help: "Always 1; the labels say which signet runs.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}
+
+var (
+	descRunsInProgress = prometheus.NewDesc("signet_runs_in_progress",
+		"Runs admitted and not yet done (no receipt).", nil, nil)
+	descRetained = prometheus.NewDesc("signet_retained_nodes",
+		"Nodes a finished non-passing run retains until an approved release, by run.", []string{"run"}, nil)
+	descWaiting = prometheus.NewDesc("signet_requests_waiting",
+		"Requests not admitted, by the reason of their Ready=False condition (NotApproved, NodesBusy, ...).", []string{"reason"}, nil)
+	descCertified = prometheus.NewDesc("signet_certified_nodes",
+		"Nodes whose certification labels hold now, by profile (0 for every profile of the last pass).", []string{"profile"}, nil)
+	descExpiring = prometheus.NewDesc("signet_certified_nodes_expiring_24h",
+		"Certified nodes whose certification expires within 24 hours, by profile.", []string{"profile"}, nil)
+)
+
+// stateCollector computes the state gauges at scrape time from its
+// reconciler's Status and Fleets; before New attaches one it exports
+// nothing.
+type stateCollector struct {
+	mu sync.Mutex
+	r  *Reconciler
+}
+
+func (c *stateCollector) attach(r *Reconciler) {
+	c.mu.Lock()
+	c.r = r
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRunsInProgress, descRetained, descWaiting, descCertified, descExpiring} {
+		ch <- d
+	}
+}
+
+// certificationsTimeout bounds the Fleets' answer to one scrape.
+const certificationsTimeout = 5 * time.Second
+
+// Collect implements prometheus.Collector. A Fleet that cannot list its
+// certifications is logged and left out of that scrape; the other gauges
+// are still exported.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	r := c.r
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	st := r.Status()
+	inProgress := 0
+	for _, run := range st.Runs {
+		if run.Phase != evidence.PhaseDone {
+			inProgress++
+		}
+		if len(run.Retained) > 0 {
+			ch <- prometheus.MustNewConstMetric(descRetained, prometheus.GaugeValue, float64(len(run.Retained)), run.ID)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descRunsInProgress, prometheus.GaugeValue, float64(inProgress))
+
+	waiting := map[string]int{}
+	for _, reason := range WaitingReasons {
+		waiting[reason] = 0
+	}
+	certified, expiring := map[string]int{}, map[string]int{}
+	for _, o := range st.Objects {
+		switch o.Kind {
+		case specs.KindRequest:
+			if reason, ok := waitingReason(o); ok {
+				waiting[reason]++
+			}
+		case specs.KindProfile:
+			certified[o.Name], expiring[o.Name] = 0, 0
+		}
+	}
+	for reason, n := range waiting {
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(n), reason)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), certificationsTimeout)
+	defer cancel()
+	now := r.now()
+	for _, fam := range r.families {
+		l, ok := fam.Fleet.(backend.CertificationLister)
+		if !ok {
+			continue
+		}
+		certs, err := l.Certifications(ctx)
+		if err != nil {
+			r.log.Warn("metrics: listing certified nodes", "family", fam.Name, "error", err)
+			continue
+		}
+		for _, ct := range certs {
+			certified[ct.Profile]++
+			if ct.Until.Before(now.Add(ExpiringWithin)) {
+				expiring[ct.Profile]++
+			}
+		}
+	}
+	for p, n := range certified {
+		ch <- prometheus.MustNewConstMetric(descCertified, prometheus.GaugeValue, float64(n), p)
+		ch <- prometheus.MustNewConstMetric(descExpiring, prometheus.GaugeValue, float64(expiring[p]), p)
+	}
+}
+
+// waitingReason is the reason a request object waits: it has no run and
+// its Ready condition is False.
+func waitingReason(o ObjectStatus) (string, bool) {
+	if o.Run != "" {
+		return "", false
+	}
+	for _, c := range o.Conditions {
+		if c.Type == meta.ReadyCondition && c.Status == metav1.ConditionFalse {
+			return c.Reason, true
+		}
+	}
+	return "", false
 }

@@ -28,12 +28,21 @@ type Result struct {
 // with one object is reported in its status and never blocks the others.
 func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error) {
 	start := time.Now()
+	r.mu.Lock()
+	r.passes++
+	ps := PassStatus{Number: r.passes, StartedAt: r.now()}
+	r.mu.Unlock()
 	defer func() {
 		r.metrics.reconcileDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
 			r.metrics.errors.WithLabelValues("reconcile").Inc()
 			r.setStalled(err)
+			ps.Error = err.Error()
+		} else {
+			ps.Revision, ps.Noop, ps.Admitted = res.Revision, res.Noop, res.Admitted
 		}
+		ps.FinishedAt = r.now()
+		r.passEnded(ps)
 	}()
 	policy, err := r.loadPolicy()
 	if err != nil {
@@ -49,6 +58,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 	r.mu.Unlock()
 	if noop {
 		r.metrics.noops.Inc()
+		r.metrics.lastSuccess.SetToCurrentTime()
 		return &Result{Revision: rev, Noop: true}, nil
 	}
 	fsys, err := r.source.Checkout(ctx, rev)
@@ -94,6 +104,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 	r.lastKey = key
 	r.dirty = r.dirty || pass.waitingOnCluster
 	r.mu.Unlock()
+	r.metrics.lastSuccess.SetToCurrentTime()
 	return res, nil
 }
 
@@ -244,7 +255,7 @@ func (r *Reconciler) cancelRun(ctx context.Context, p *pass, o *specs.Object, rs
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s cancel", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s cancel", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
 		return false, err
 	}
 	r.log.Info("cancel recorded", "run", rs.id, "keys", d.Keys)
@@ -277,7 +288,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.store.Append(ctx, fmt.Sprintf("signet: %s/%s release", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
+	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s release", r.cfg.Cluster, rs.id), append(files, f)); err != nil && !errors.Is(err, evidence.ErrExists) {
 		return false, err
 	}
 	if err := r.liftRetained(ctx, rs, nodes); err != nil {
@@ -335,4 +346,14 @@ func short(rev string) string {
 		return rev[:12]
 	}
 	return rev
+}
+
+// passEnded records ps as the last pass unless a later-numbered pass
+// ended first.
+func (r *Reconciler) passEnded(ps PassStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status.LastPass == nil || r.status.LastPass.Number < ps.Number {
+		r.status.LastPass = &ps
+	}
 }

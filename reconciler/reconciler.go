@@ -46,6 +46,8 @@ type Reconciler struct {
 	stopRuns context.CancelFunc
 	wg       sync.WaitGroup
 	ready    bool
+	// passes is how many reconcile passes have started.
+	passes int64
 	// trigger holds at most one pending pass asked for from outside
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
@@ -129,13 +131,15 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 		o.Metrics = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Reconciler{
+	r := &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reportReq: make(chan struct{}, 1), evidenceAuth: o.EvidenceAuth,
-	}, nil
+	}
+	o.Metrics.state.attach(r)
+	return r, nil
 }
 
 func (r *Reconciler) observe(e Event) {
@@ -179,12 +183,18 @@ func (r *Reconciler) Start(ctx context.Context) {
 
 // Trigger asks the loop for a pass (webhooks, POST /reconcile). However
 // many calls arrive, at most one pass is pending, and it starts no sooner
-// than TriggerGap after the previous pass started.
-func (r *Reconciler) Trigger() {
+// than TriggerGap after the previous pass started. It returns the number
+// of the next pass to start: that pass, and every later one, starts after
+// this call and so reads the spec repository as it is now or later.
+func (r *Reconciler) Trigger() int64 {
+	r.mu.Lock()
+	next := r.passes + 1
+	r.mu.Unlock()
 	select {
 	case r.trigger <- struct{}{}:
 	default:
 	}
+	return next
 }
 
 // wakeUp asks the loop for a pass now: the reconciler's own changes (a
@@ -282,3 +292,14 @@ func (r *Reconciler) loadPolicy() (*signing.TrustPolicy, error) {
 }
 
 var errNoop = errors.New("no change")
+
+// appendEvidence is store.Append, counting in
+// signet_evidence_push_failures_total every failure but ErrExists (the
+// create-only refusal a retried step expects) and the end of ctx.
+func (r *Reconciler) appendEvidence(ctx context.Context, message string, files []evidence.File) (string, error) {
+	commit, err := r.store.Append(ctx, message, files)
+	if err != nil && !errors.Is(err, evidence.ErrExists) && ctx.Err() == nil {
+		r.metrics.pushFailures.Inc()
+	}
+	return commit, err
+}

@@ -58,8 +58,10 @@ type Listener struct {
 //   - "metrics" (metricsListen): /metrics only;
 //   - "webhook" (webhook.listen): /hooks/github and /hooks/gitlab.
 //
-// POST /reconcile takes the bearer token of triggerTokenFile; without one
-// configured it answers 404, as a webhook receiver without its secret does.
+// POST /reconcile takes the bearer token of triggerTokenFile (without one
+// configured it answers 404, as a webhook receiver without its secret
+// does) and answers 202 with a TriggerAnswer; /status's lastPass says when
+// that pass has ended.
 func (r *Reconciler) Listeners(gatherer prometheus.Gatherer, sec *Secrets) []Listener {
 	main := http.NewServeMux()
 	r.health(main)
@@ -83,8 +85,10 @@ func (r *Reconciler) Listeners(gatherer prometheus.Gatherer, sec *Secrets) []Lis
 			http.Error(w, "token does not match", http.StatusUnauthorized)
 			return
 		}
-		r.Trigger()
+		ans := TriggerAnswer{Pass: r.Trigger()}
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(ans)
 	})
 	addr := r.cfg.Listen
 	if addr == "" {

@@ -20,7 +20,31 @@ type Status struct {
 	Objects    []ObjectStatus     `json:"objects"`
 	Runs       []RunStatus        `json:"runs"`
 	Holds      map[string]string  `json:"holds,omitempty"`
-	UpdatedAt  time.Time          `json:"updatedAt"`
+	// LastPass is the last reconcile pass that ended; absent before the
+	// first.
+	LastPass  *PassStatus `json:"lastPass,omitempty"`
+	UpdatedAt time.Time   `json:"updatedAt"`
+}
+
+// PassStatus is what one reconcile pass did. Passes are numbered from 1
+// in the order they start; POST /reconcile answers the number of the
+// first pass that starts after it (TriggerAnswer), which `signet
+// reconcile --now --wait` waits for.
+type PassStatus struct {
+	Number     int64     `json:"number"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	Revision   string    `json:"revision,omitempty"`
+	Noop       bool      `json:"noop,omitempty"`
+	Admitted   []string  `json:"admitted,omitempty"`
+	// Error is why the pass failed; empty when it succeeded.
+	Error string `json:"error,omitempty"`
+}
+
+// TriggerAnswer is the body of POST /reconcile's 202: the pass that
+// starts after the request (Pass) or a later one reflects it.
+type TriggerAnswer struct {
+	Pass int64 `json:"pass"`
 }
 
 // ObjectStatus is the status of one spec object.
@@ -200,6 +224,10 @@ func (r *Reconciler) Status() Status {
 		return 0
 	})
 	st.Holds = r.holds.snapshot()
+	if r.status.LastPass != nil {
+		lp := *r.status.LastPass
+		st.LastPass = &lp
+	}
 	st.UpdatedAt = r.now()
 	return st
 }

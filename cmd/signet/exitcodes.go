@@ -12,7 +12,7 @@ import (
 const (
 	exitOK              = 0  // done: valid, clean, approved, verified, written, Pass
 	exitFindings        = 1  // the input breaks a rule: findings (validate, render, diff, audit, verify, sign, digest)
-	exitUsage           = 2  // usage or I/O error: nothing was decided (bad flags, unreadable file, repository or branch)
+	exitUsage           = 2  // usage or I/O error: nothing was decided (bad flags, unreadable file, repository or branch, daemon; a failed daemon pass)
 	exitNotApproved     = 3  // something is not approved (approvals, diff, run)
 	exitUnsigned        = 4  // diff --require-signed-commit: HEAD is not signed by a trusted key
 	exitWaiting         = 5  // run: the request cannot start now (its nodes are busy, retained or not eligible)
@@ -30,7 +30,8 @@ different things across commands.
   1   findings: the input breaks a rule (validate, render, diff, audit, verify,
       sign, digest); signet run: the request is invalid
   2   usage or I/O error: nothing was decided (bad flags, an unreadable file,
-      repository or branch)
+      repository or branch; signet get: the daemon cannot be read; signet
+      reconcile --now --wait: the daemon's pass failed or did not end in time)
   3   not approved (approvals, diff; signet run: the request, its profile or
       an action is not approved)
   4   signet diff --require-signed-commit: HEAD is not signed by a trusted key

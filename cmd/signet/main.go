@@ -64,6 +64,7 @@ func newRootCmd() *cobra.Command {
 		root.AddCommand(f())
 	}
 	completeOutputFormats(root)
+	registerCompletions(root)
 	return root
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,6 +30,10 @@ type reconcileOptions struct {
 	Now       bool
 	Addr      string
 	TokenFile string
+	// Wait, with Now: wait for the triggered pass and print what it did.
+	Wait    bool
+	Timeout time.Duration
+	Output  outputOptions
 	// AcceptCurrentTip trusts the evidence branch as it is now when no
 	// tip is remembered or pinned (first start on an existing branch).
 	AcceptCurrentTip bool
@@ -38,6 +44,9 @@ func (o *reconcileOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Now, "now", false, "ask a running daemon to reconcile now and exit")
 	fs.StringVar(&o.Addr, "addr", "", "with --now: the daemon's listen address (default: the config's listen)")
 	fs.StringVar(&o.TokenFile, "token-file", "", "with --now: the file holding the trigger's bearer token (default: the config's triggerTokenFile)")
+	fs.BoolVar(&o.Wait, "wait", false, "with --now: wait until the pass it asked for has ended and print what it did")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "with --now --wait: how long to wait for the pass")
+	o.Output.AddFlags(fs)
 	fs.BoolVar(&o.AcceptCurrentTip, "accept-current-tip", false, "when no evidence tip is remembered or pinned (evidence.pinnedTip), trust the branch's current tip once (logged); remove the flag afterwards")
 }
 
@@ -56,13 +65,25 @@ and serves it read-only at /report/ on listen. SIGTERM stops
 it gracefully: every admitted run stays recoverable and resumes on the next start.
 
 With --now, POST /reconcile to a running daemon with the bearer token of
-triggerTokenFile (or --token-file).`,
+triggerTokenFile (or --token-file). With --now --wait, wait (up to --timeout)
+for the pass that starts after the request, and print its revision, whether
+anything changed and what it admitted; -o json|yaml prints the pass as
+/status's lastPass. Exit status 0 when the pass succeeded, 2 when it failed
+or could not be waited for (signet help exit-codes).`,
 		Example: "  signet reconcile --config /etc/signet/config/config.yaml\n" +
-			"  signet reconcile --now --config /etc/signet/config/config.yaml   # trigger a pass of the running daemon",
+			"  signet reconcile --now --config /etc/signet/config/config.yaml         # trigger a pass of the running daemon\n" +
+			"  signet reconcile --now --wait --config /etc/signet/config/config.yaml  # ... and wait for it\n" +
+			"  signet reconcile --now --wait --addr 127.0.0.1:8080 --token-file token -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Config == "" && o.Addr == "" {
 				return &usageError{errors.New("--config is required")}
+			}
+			if err := o.Output.Validate(); err != nil {
+				return err
+			}
+			if o.Wait && !o.Now {
+				return &usageError{errors.New("--wait goes with --now")}
 			}
 			var cfg *reconciler.Config
 			if o.Config != "" {
@@ -82,13 +103,7 @@ triggerTokenFile (or --token-file).`,
 }
 
 func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cfg *reconciler.Config) error {
-	addr := o.Addr
-	if addr == "" && cfg != nil {
-		addr = cfg.Listen
-	}
-	if addr == "" {
-		addr = reconciler.DefaultListen
-	}
+	addr := daemonAddr(o.Addr, cfg)
 	tokenFile := o.TokenFile
 	if tokenFile == "" && cfg != nil {
 		tokenFile = cfg.TriggerTokenFile
@@ -100,9 +115,9 @@ func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cf
 	if err != nil {
 		return exitCode(2, fmt.Errorf("trigger token: %w", err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	postCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/reconcile", nil)
+	req, err := http.NewRequestWithContext(postCtx, http.MethodPost, "http://"+addr+"/reconcile", nil)
 	if err != nil {
 		return err
 	}
@@ -111,12 +126,85 @@ func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cf
 	if err != nil {
 		return fmt.Errorf("trigger the daemon at %s: %w", addr, err)
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("trigger the daemon at %s: %s", addr, resp.Status)
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), "reconcile requested")
+	var ans reconciler.TriggerAnswer
+	if o.Wait {
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ans); err != nil || ans.Pass < 1 {
+			return fmt.Errorf("trigger the daemon at %s: its answer names no pass to wait for (a daemon older than --wait?): %v", addr, err)
+		}
+	}
+	w := cmd.OutOrStdout()
+	if !o.Output.JSON() {
+		fmt.Fprintln(w, "► reconcile requested")
+	}
+	if !o.Wait {
+		return nil
+	}
+	if !o.Output.JSON() {
+		fmt.Fprintf(w, "◎ waiting for pass %d\n", ans.Pass)
+	}
+	ps, err := waitForPass(ctx, addr, ans.Pass, o.Timeout)
+	if err != nil {
+		return err
+	}
+	if o.Output.JSON() {
+		if err := o.Output.Write(w, ps); err != nil {
+			return err
+		}
+	} else {
+		printPass(w, ps)
+	}
+	if ps.Error != "" {
+		return exitCode(exitUsage, fmt.Errorf("pass %d failed: %s", ps.Number, ps.Error))
+	}
 	return nil
+}
+
+// passPoll is how often --wait reads /status.
+const passPoll = 200 * time.Millisecond
+
+// waitForPass reads the daemon's /status at addr until its lastPass is
+// pass number or later, or timeout passes.
+func waitForPass(ctx context.Context, addr string, number int64, timeout time.Duration) (*reconciler.PassStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(passPoll)
+	defer t.Stop()
+	for {
+		st, err := fetchStatus(ctx, addr)
+		if err != nil && ctx.Err() == nil {
+			return nil, err
+		}
+		if st != nil && st.LastPass != nil && st.LastPass.Number >= number {
+			return st.LastPass, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pass %d of the daemon at %s did not end within --timeout %s", number, addr, timeout)
+		case <-t.C:
+		}
+	}
+}
+
+// printPass says what pass ps did, as `flux reconcile` does.
+func printPass(w io.Writer, ps *reconciler.PassStatus) {
+	took := ps.FinishedAt.Sub(ps.StartedAt).Round(time.Millisecond)
+	switch {
+	case ps.Error != "":
+		fmt.Fprintf(w, "✗ pass %d failed after %s: %s\n", ps.Number, took, ps.Error)
+	case ps.Noop:
+		fmt.Fprintf(w, "✔ pass %d: revision %s unchanged, nothing to do (%s)\n", ps.Number, shortRev(ps.Revision), took)
+	default:
+		fmt.Fprintf(w, "✔ pass %d reconciled revision %s (%s)\n", ps.Number, shortRev(ps.Revision), took)
+		if len(ps.Admitted) > 0 {
+			fmt.Fprintf(w, "✔ admitted %s\n", strings.Join(ps.Admitted, ", "))
+		} else {
+			fmt.Fprintln(w, "✔ admitted no request (signet get requests says why each waits)")
+		}
+	}
 }
 
 func runDaemon(ctx context.Context, cfg *reconciler.Config, opts reconciler.Options) error {
@@ -127,6 +215,7 @@ func runDaemon(ctx context.Context, cfg *reconciler.Config, opts reconciler.Opti
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reconciler.RegisterBuildInfo(reg, versionString())
 	r, store, err := reconciler.Build(ctx, cfg, sec, log, reg, opts)
 	if err != nil {
 		return err

@@ -179,3 +179,18 @@ type Fleet interface {
 // run passed on node under profile, or run is still unfinished (it will
 // certify or uncertify the node itself).
 type Vouched func(run, node, profile string) bool
+
+// Certification is one node's certification as its Fleet records it.
+type Certification struct {
+	Node, Profile, Run string
+	Until              time.Time
+}
+
+// CertificationLister is implemented by a Fleet that labels certified
+// nodes: Certifications returns the certifications that hold now (not
+// expired, identity unchanged), none when labelling is off. The
+// reconciler's metrics read it at scrape time; a Fleet without it has no
+// certified nodes to report.
+type CertificationLister interface {
+	Certifications(ctx context.Context) ([]Certification, error)
+}

@@ -190,3 +190,30 @@ func (f *Fleet) staleCertification(n *corev1.Node, vouched backend.Vouched) stri
 	}
 	return ""
 }
+
+var _ backend.CertificationLister = (*Fleet)(nil)
+
+// Certifications implements backend.CertificationLister: the nodes that
+// carry the certification labels and that SweepCertified would keep
+// without the evidence branch's say (identity unchanged, expiry readable,
+// in the future and within the TTL), read with one label-selected list;
+// nil when labelling is off.
+func (f *Fleet) Certifications(ctx context.Context) ([]backend.Certification, error) {
+	if f.certify == nil {
+		return nil, nil
+	}
+	list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: CertifiedProfileLabel})
+	if err != nil {
+		return nil, fmt.Errorf("list certified nodes: %w", err)
+	}
+	var out []backend.Certification
+	for i := range list.Items {
+		n := &list.Items[i]
+		if f.staleCertification(n, nil) != "" {
+			continue
+		}
+		until, _ := time.Parse(CertifiedUntilFormat, n.Labels[CertifiedUntilLabel])
+		out = append(out, backend.Certification{Node: n.Name, Profile: n.Labels[CertifiedProfileLabel], Run: n.Labels[CertifiedRunLabel], Until: until})
+	}
+	return out, nil
+}

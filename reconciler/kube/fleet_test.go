@@ -612,6 +612,17 @@ func testFleetCertify(t *testing.T, env *kubetest.Env) {
 	require.NoError(t, f.SweepCertified(ctx, nil))
 	sameAs(t, certified, getState(t, cs, "cert-boot"), true)
 	sameAs(t, certifiedExp, getState(t, cs, "cert-exp"), true)
+	// What the metrics report: both certifications, each with its expiry;
+	// with labelling off, none.
+	certs, err := f.Certifications(ctx)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []backend.Certification{
+		{Node: "cert-boot", Profile: "burnin", Run: "run-c", Until: now.Add(24 * time.Hour)},
+		{Node: "cert-exp", Profile: "burnin", Run: "run-c", Until: now.Add(time.Hour)},
+	}, certs)
+	certs, err = off.Certifications(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, certs)
 
 	// cert-boot reboots (new bootID); an hour later cert-exp expires.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -623,6 +634,9 @@ func testFleetCertify(t *testing.T, env *kubetest.Env) {
 		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	}))
+	certs, err = f.Certifications(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []backend.Certification{{Node: "cert-exp", Profile: "burnin", Run: "run-c", Until: now.Add(time.Hour)}}, certs, "a rebooted node's certification no longer counts, even before the sweep")
 	require.NoError(t, f.SweepCertified(ctx, nil))
 	sameAs(t, origBoot, getState(t, cs, "cert-boot"), false)
 	sameAs(t, certifiedExp, getState(t, cs, "cert-exp"), true)

@@ -44,7 +44,8 @@ type PodOptions struct {
 	SignetImage string
 	// Logger; slog.Default() when nil.
 	Logger *slog.Logger
-	// PollInterval is how often a check's pods are listed while observed.
+	// PollInterval is how often a check's pods are looked at while
+	// observed when nothing changed (every change is looked at at once).
 	PollInterval time.Duration
 	// MaxLogBytes bounds each participant's kept log tail.
 	MaxLogBytes int
@@ -59,8 +60,9 @@ type PodOptions struct {
 // that participant's Error. Pods and ConfigMap carry the run and check
 // labels and no owner reference; Cleanup deletes them explicitly.
 //
-// Observation lists the check's pods by label every PollInterval (one
-// request per check and interval). Logs come from pods/log, stdout and
+// Observation watches the check's pods (a client-go informer over its
+// labels: one list and one watch per check) and looks again at every
+// change and every PollInterval. Logs come from pods/log, stdout and
 // stderr interleaved as the kubelet keeps them, in ParticipantReport.Stdout.
 type PodBackend struct {
 	client kubernetes.Interface
@@ -239,9 +241,11 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 	defer deadline.Stop()
 	tick := time.NewTicker(b.o.PollInterval)
 	defer tick.Stop()
+	pw := b.watchPods(ctx, checkSelector(c))
+	defer pw.stop()
 	var deadlinePassed, canceled bool
 	for {
-		if err := b.poll(ctx, c, ws); err != nil && ctx.Err() == nil {
+		if err := b.poll(ctx, c, ws, pw); err != nil && ctx.Err() == nil {
 			b.log.Warn("listing check pods failed; retrying", "run", c.Run, "check", c.Check.Name, "error", err)
 		}
 		all := true
@@ -252,6 +256,8 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 			break
 		}
 		select {
+		case <-pw.changed:
+			continue
 		case <-tick.C:
 			continue
 		case <-deadline.C:
@@ -267,7 +273,7 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 	if deadlinePassed || canceled {
 		// One last look: a pod may have ended since the last poll.
 		pctx, cancel := context.WithTimeout(rctx, finalReadTimeout)
-		_ = b.poll(pctx, c, ws)
+		_ = b.poll(pctx, c, ws, nil)
 		cancel()
 	}
 	rep := &backend.CheckReport{StartedAt: started}
@@ -278,17 +284,23 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 	return rep
 }
 
-// poll lists the check's pods and updates every participant not yet
-// terminal: a pod missing, replaced (another UID) or being deleted is lost.
-func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watched) error {
+// poll reads the check's pods — from the watch pw once it has listed
+// them, else by listing — and updates every participant not yet terminal:
+// a pod missing, replaced (another UID) or being deleted is lost. A pod the
+// watch does not show is looked up by name before it is called gone.
+func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watched, pw *podWatch) error {
 	pods := b.client.CoreV1().Pods(b.o.Namespace)
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
-	if err != nil {
-		return err
+	items, ok := pw.pods()
+	if !ok {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
+		if err != nil {
+			return err
+		}
+		items = list.Items
 	}
 	byName := map[string]*corev1.Pod{}
-	for i := range list.Items {
-		byName[list.Items[i].Name] = &list.Items[i]
+	for i := range items {
+		byName[items[i].Name] = &items[i]
 	}
 	for _, w := range ws {
 		if w.terminal() {

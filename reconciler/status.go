@@ -210,6 +210,12 @@ func (r *Reconciler) Status() Status {
 	for _, rs := range r.runs {
 		runs = append(runs, rs)
 	}
+	// LastPass is replaced under r.mu when a pass ends: copy it here.
+	st.LastPass = nil
+	if r.status.LastPass != nil {
+		lp := *r.status.LastPass
+		st.LastPass = &lp
+	}
 	r.mu.Unlock()
 	for _, rs := range runs {
 		st.Runs = append(st.Runs, runStatus(rs))
@@ -224,10 +230,6 @@ func (r *Reconciler) Status() Status {
 		return 0
 	})
 	st.Holds = r.holds.snapshot()
-	if r.status.LastPass != nil {
-		lp := *r.status.LastPass
-		st.LastPass = &lp
-	}
 	st.UpdatedAt = r.now()
 	return st
 }

@@ -129,7 +129,7 @@ func (o *approvalsOptions) run(cmd *cobra.Command, repo string, now time.Time) e
 		// What signet run and the reconciler read: the commit, not
 		// uncommitted edits or approval files.
 		reading = "HEAD " + rev.short()
-		r, fsys, dir, err = renderForApprovals(repo, o.Path)
+		dir, err = specPathIn(repo, o.Path)
 		if err == nil {
 			r, fsys, dir, err = renderSpecFS(rev.FS, dir)
 		}

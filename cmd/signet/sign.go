@@ -236,18 +236,28 @@ func parseExpiry(s string, now time.Time) (time.Time, error) {
 // repo and returns the rendering, the repository as a file system and the
 // cleaned spec path inside it.
 func renderForApprovals(repo, sub string) (*specs.Rendering, fs.FS, string, error) {
+	dir, err := specPathIn(repo, sub)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return renderSpecFS(os.DirFS(repo), dir)
+}
+
+// specPathIn checks that repo is a readable directory and returns the
+// spec path sub cleaned, refusing one outside the repository.
+func specPathIn(repo, sub string) (string, error) {
 	st, err := os.Stat(repo)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("could not read spec repository: %w", err)
+		return "", fmt.Errorf("could not read spec repository: %w", err)
 	}
 	if !st.IsDir() {
-		return nil, nil, "", fmt.Errorf("spec repository %s is not a directory", repo)
+		return "", fmt.Errorf("spec repository %s is not a directory", repo)
 	}
 	dir := path.Clean(filepath.ToSlash(sub))
 	if !fs.ValidPath(dir) {
-		return nil, nil, "", &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", sub)}
+		return "", &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", sub)}
 	}
-	return renderSpecFS(os.DirFS(repo), dir)
+	return dir, nil
 }
 
 // renderSpecFS renders the spec path dir of fsys.

@@ -24,7 +24,8 @@
 //   - force: a push is a compare-and-swap from the old value in the
 //     receive-pack update command, or, written in process to a local
 //     repository no hook watches, under the ref's git lock file (a
-//     *MovedError when the ref moved or is locked);
+//     *MovedError when the ref moved; ErrUnreachable, try again, while
+//     another writer holds the lock);
 //   - send what the remote has: a push carries exactly the objects a
 //     Builder created (go-git's Remote.Push walks everything reachable
 //     from the remote's refs, go-git issue #1102, so Remote speaks

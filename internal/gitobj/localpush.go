@@ -200,7 +200,10 @@ func (r *Remote) pushLocal(ctx context.Context, repo localRepo, st storer.Encode
 	}
 	lock, err := os.OpenFile(refPath+".lock", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if errors.Is(err, fs.ErrExist) {
-		return &MovedError{Status: fmt.Sprintf("%s: another writer holds %s.lock", ref, ref)}
+		// Another writer is moving the ref now: nothing landed, and
+		// whether the ref moves is not known yet. Like a lost
+		// connection, the caller fetches and tries again.
+		return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s: another writer holds %s.lock; try again", ref, ref)}
 	}
 	if err != nil {
 		return reject(err)

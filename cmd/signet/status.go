@@ -295,6 +295,44 @@ func runConditions(r audit.RunStatus, now time.Time) []metav1.Condition {
 	return reconciler.RunConditions(r.Run, r.Phase, r.Verdict, now)
 }
 
+// printNotPassed lists, for every run that did not pass, each check that
+// did not pass with its verdict and reason (issue 16: reasons in every
+// view), and where to read summaries and logs. Skipped checks of a canceled
+// run are listed as skipped; checks with no verdict yet (an open run) are
+// left out.
+func printNotPassed(tw *tabwriter.Writer, runs []audit.RunStatus) {
+	header := false
+	for _, r := range runs {
+		if r.Verdict == "" || r.Verdict == specs.VerdictPass {
+			continue
+		}
+		for _, c := range r.Checks {
+			if c.Verdict == specs.VerdictPass || (c.Verdict == "" && !c.Skipped) {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(tw, "\nCLUSTER\tRUN\tCHECK\tVERDICT\tREASON")
+				header = true
+			}
+			verdict, reason := string(c.Verdict), orDash(c.Reason)
+			if c.Skipped {
+				verdict, reason = orDash(verdict)+" (skipped)", "not run: the run ended before this check started"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%02d %s\t%s\t%s\n", r.Cluster, r.Run, c.Index, c.Name, verdict, oneLine(reason))
+		}
+	}
+	if header {
+		tw.Flush()
+		fmt.Fprintln(tw, "summaries, measurements and log tails: signet verify RUN; whole logs: signet logs RUN")
+		tw.Flush()
+	}
+}
+
+// oneLine keeps a reason on one table row.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", st.Branch, st.Repo, shortRev(st.Tip))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -319,6 +357,7 @@ func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Run, phase, orDash(string(r.Verdict)), seq, adm, strings.Join(nodes, ","))
 	}
 	tw.Flush()
+	printNotPassed(tw, st.Runs)
 	if len(st.Nodes) > 0 {
 		fmt.Fprintln(tw, "\nCLUSTER\tNODE\tLATEST VERDICT\tRUN\tAT")
 		for _, n := range st.Nodes {

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -121,6 +122,27 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// certifications lists the certifications of every Fleet that labels
+// nodes; a Fleet that cannot list them adds an error naming its family and
+// leaves the others listed.
+func (r *Reconciler) certifications(ctx context.Context) ([]backend.Certification, []error) {
+	var certs []backend.Certification
+	var errs []error
+	for _, fam := range r.families {
+		l, ok := fam.Fleet.(backend.CertificationLister)
+		if !ok {
+			continue
+		}
+		c, err := l.Certifications(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backend family %s: listing certified nodes: %w", fam.Name, err))
+			continue
+		}
+		certs = append(certs, c...)
+	}
+	return certs, errs
+}
+
 // certificationsTimeout bounds the Fleets' answer to one scrape.
 const certificationsTimeout = 5 * time.Second
 
@@ -165,24 +187,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(n), reason)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), certificationsTimeout)
-	defer cancel()
+	// Status listed the certifications (certificationsTimeout bounds it).
 	now := r.now()
-	for _, fam := range r.families {
-		l, ok := fam.Fleet.(backend.CertificationLister)
-		if !ok {
-			continue
-		}
-		certs, err := l.Certifications(ctx)
-		if err != nil {
-			r.log.Warn("metrics: listing certified nodes", "family", fam.Name, "error", err)
-			continue
-		}
-		for _, ct := range certs {
-			certified[ct.Profile]++
-			if ct.Until.Before(now.Add(ExpiringWithin)) {
-				expiring[ct.Profile]++
-			}
+	if st.CertifiedError != "" {
+		r.log.Warn("metrics: listing certified nodes", "error", st.CertifiedError)
+	}
+	for _, ct := range st.Certified {
+		certified[ct.Profile]++
+		if ct.Until.Before(now.Add(ExpiringWithin)) {
+			expiring[ct.Profile]++
 		}
 	}
 	for p, n := range certified {

@@ -68,3 +68,26 @@ func TestCertifiedNodesMetrics(t *testing.T) {
 		"signet_certified_nodes/idle": 0, "signet_certified_nodes_expiring_24h/idle": 0,
 	}, got)
 }
+
+// TestStatusCertified: /status lists every Fleet's certifications (node,
+// profile, run, expiry in UTC, by node name), and names the family whose
+// certifications could not be listed instead of failing the whole status.
+func TestStatusCertified(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	until := now.Add(48 * time.Hour).In(time.FixedZone("CET", 3600))
+	fams := []*backend.Family{
+		{Name: "a", Fleet: certFleet{certs: []backend.Certification{
+			{Node: "n2", Profile: "h100", Run: "r1", Until: until},
+			{Node: "n1", Profile: "h200", Run: "r2", Until: until},
+		}}},
+		{Name: "b", Fleet: certFleet{err: errors.New("apiserver unreachable")}},
+	}
+	r, err := New(&Config{Cluster: "c1"}, Options{Families: fams, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	st := r.Status()
+	assert.Equal(t, []CertifiedNode{
+		{Node: "n1", Profile: "h200", Run: "r2", Until: until.UTC()},
+		{Node: "n2", Profile: "h100", Run: "r1", Until: until.UTC()},
+	}, st.Certified)
+	assert.Equal(t, "backend family b: listing certified nodes: apiserver unreachable", st.CertifiedError)
+}

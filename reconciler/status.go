@@ -1,7 +1,10 @@
 package reconciler
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -22,8 +25,25 @@ type Status struct {
 	Holds      map[string]string  `json:"holds,omitempty"`
 	// LastPass is the last reconcile pass that ended; absent before the
 	// first.
-	LastPass  *PassStatus `json:"lastPass,omitempty"`
-	UpdatedAt time.Time   `json:"updatedAt"`
+	LastPass *PassStatus `json:"lastPass,omitempty"`
+	// Certified are the certifications the cluster's nodes carry now
+	// (kubernetes.certifyTTL labels that are not expired and whose node
+	// identity is unchanged), read from the cluster when /status is
+	// asked; absent when no backend labels nodes.
+	Certified []CertifiedNode `json:"certified,omitempty"`
+	// CertifiedError says why a backend's certifications could not be
+	// read (Certified then lacks that backend's nodes).
+	CertifiedError string    `json:"certifiedError,omitempty"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+}
+
+// CertifiedNode is one node's certification label set: the profile and
+// run that certified it and when the certification expires.
+type CertifiedNode struct {
+	Node    string    `json:"node"`
+	Profile string    `json:"profile"`
+	Run     string    `json:"run"`
+	Until   time.Time `json:"until"`
 }
 
 // PassStatus is what one reconcile pass did. Passes are numbered from 1
@@ -230,6 +250,16 @@ func (r *Reconciler) Status() Status {
 		return 0
 	})
 	st.Holds = r.holds.snapshot()
+	ctx, cancel := context.WithTimeout(context.Background(), certificationsTimeout)
+	defer cancel()
+	certs, errs := r.certifications(ctx)
+	for _, c := range certs {
+		st.Certified = append(st.Certified, CertifiedNode{Node: c.Node, Profile: c.Profile, Run: c.Run, Until: c.Until.UTC()})
+	}
+	slices.SortFunc(st.Certified, func(a, b CertifiedNode) int { return strings.Compare(a.Node, b.Node) })
+	if len(errs) > 0 {
+		st.CertifiedError = errors.Join(errs...).Error()
+	}
 	st.UpdatedAt = r.now()
 	return st
 }

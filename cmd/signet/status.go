@@ -71,7 +71,11 @@ Requests that are not admitted leave nothing on the branch: only the reconciler 
 decided knows why. With --reconciler (repeatable, one per daemon), status asks each
 daemon's GET /status and lists the requests waiting for an approval (which threshold or
 approval is missing) or for nodes (which node is held by which run, or not eligible),
-in the words of its admission gates.
+in the words of its admission gates. It also lists the certification labels each
+daemon's cluster carries now (kubernetes.certifyTTL): the node table gains a CERTIFIED
+UNTIL column with the expiry, profile and run; "-" for a node with no certification
+that holds (none, expired, or its identity changed).
+Runs that did not pass list each check that did not pass with its verdict and reason.
 
 Exit status: 0, or 2 when the branch or a reconciler's status could not be read.`,
 		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml\n" +
@@ -97,6 +101,16 @@ type statusJSON struct {
 	// Waiting are the requests the --reconciler daemons have not
 	// admitted, waiting for an approval or for nodes.
 	Waiting []reconciler.WaitingRequest `json:"waiting,omitempty"`
+	// Certified are the certification labels the --reconciler daemons'
+	// clusters carry now, with their expiry.
+	Certified []certifiedNode `json:"certified,omitempty"`
+}
+
+// certifiedNode is a node's certification label set as a daemon reads it
+// from its cluster.
+type certifiedNode struct {
+	Cluster string `json:"cluster"`
+	reconciler.CertifiedNode
 }
 
 // retainedNode is a node a finished run retains.
@@ -137,22 +151,36 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	o.filter(st, since)
 	retained := retainedNodes(st.Runs)
 	var waiting []reconciler.WaitingRequest
+	var certified []certifiedNode
 	for _, addr := range o.Reconcilers {
 		ds, err := daemonStatus(ctx, addr)
 		if err != nil {
 			return exitCode(exitAuditUsage, err)
 		}
 		waiting = append(waiting, reconciler.Waiting(*ds)...)
+		for _, c := range ds.Certified {
+			certified = append(certified, certifiedNode{Cluster: ds.Cluster, CertifiedNode: c})
+		}
+		if ds.CertifiedError != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: --reconciler %q: certification labels not all read: %s\n", addr, ds.CertifiedError)
+		}
 	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained, Waiting: waiting}
+		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained, Waiting: waiting, Certified: certified}
 		for _, r := range st.Runs {
 			out.Runs = append(out.Runs, runStatusJSON{RunStatus: r, Conditions: runConditions(r, now)})
 		}
 		return o.Output.Write(w, out)
 	}
-	printStatus(w, st, retained)
+	var labels map[string]certifiedNode
+	if len(o.Reconcilers) > 0 {
+		labels = map[string]certifiedNode{}
+		for _, c := range certified {
+			labels[c.Cluster+"/"+c.Node] = c
+		}
+	}
+	printStatus(w, st, retained, labels)
 	printWaiting(w, waiting)
 	return nil
 }
@@ -333,7 +361,10 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode) {
+// printStatus writes the text view. labels, when not nil (a daemon was
+// asked), adds each node's certification label expiry, keyed by
+// cluster/node.
+func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode, labels map[string]certifiedNode) {
 	fmt.Fprintf(w, "evidence branch %s of %s at %s\n", st.Branch, st.Repo, shortRev(st.Tip))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tRUN\tPHASE\tVERDICT\tRECEIPT\tADMITTED\tNODES")
@@ -359,9 +390,21 @@ func printStatus(w io.Writer, st *audit.BranchStatus, retained []retainedNode) {
 	tw.Flush()
 	printNotPassed(tw, st.Runs)
 	if len(st.Nodes) > 0 {
-		fmt.Fprintln(tw, "\nCLUSTER\tNODE\tLATEST VERDICT\tRUN\tAT")
+		if labels == nil {
+			fmt.Fprintln(tw, "\nCLUSTER\tNODE\tLATEST VERDICT\tRUN\tAT")
+		} else {
+			fmt.Fprintln(tw, "\nCLUSTER\tNODE\tLATEST VERDICT\tRUN\tAT\tCERTIFIED UNTIL")
+		}
 		for _, n := range st.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Cluster, n.Node, n.Verdict, n.Run, n.At.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", n.Cluster, n.Node, n.Verdict, n.Run, n.At.UTC().Format(time.RFC3339))
+			if labels != nil {
+				until := "-"
+				if c, ok := labels[n.Cluster+"/"+n.Node]; ok {
+					until = fmt.Sprintf("%s (%s, run %s)", c.Until.UTC().Format(time.RFC3339), c.Profile, c.Run)
+				}
+				fmt.Fprintf(tw, "\t%s", until)
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 	}

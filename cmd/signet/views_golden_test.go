@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/internal/testing/testenv"
@@ -187,6 +191,16 @@ func TestResultViewsGolden(t *testing.T) {
 	assert.Equal(t, exitRunFail, v.RunCode, "signet run exits with the run's verdict, Fail")
 	golden(t, "views-run.golden", normalize(t, v.RunText, v.Repo))
 	golden(t, "views-run.json.golden", normalize(t, v.RunJSON, v.Repo))
+	// The daemon's GET /status answer, as reconciler.Status encodes it,
+	// for the CERTIFIED UNTIL column: this host certified in cluster
+	// alpha (reconciler.TestStatusCertified covers how a daemon fills it).
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	daemon := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(reconciler.Status{Cluster: "alpha", Conditions: []metav1.Condition{}, Objects: []reconciler.ObjectStatus{}, Runs: []reconciler.RunStatus{},
+			Certified: []reconciler.CertifiedNode{{Node: host, Profile: "reasons", Run: "earlier", Until: time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)}}})
+	}))
+	defer daemon.Close()
 	for _, tc := range []struct {
 		golden string
 		args   []string
@@ -198,6 +212,8 @@ func TestResultViewsGolden(t *testing.T) {
 		{"views-verify-stopped.json.golden", []string{"verify", "stopped", "--repo", v.Repo, "--trust", v.Trust, "-o", "json"}, 0},
 		{"views-status.golden", []string{"status", "--repo", v.Repo}, 0},
 		{"views-status.json.golden", []string{"status", "--repo", v.Repo, "-o", "json"}, 0},
+		{"views-status-reconciler.golden", []string{"status", "--repo", v.Repo, "--reconciler", daemon.URL}, 0},
+		{"views-status-reconciler.json.golden", []string{"status", "--repo", v.Repo, "--reconciler", daemon.URL, "-o", "json"}, 0},
 		{"views-logs.golden", []string{"logs", "reasons", "--repo", v.Repo, "--trust", v.Trust, "--stream", "stderr"}, 0},
 		{"views-logs.json.golden", []string{"logs", "stopped", "--repo", v.Repo, "--trust", v.Trust, "-o", "json"}, 0},
 	} {

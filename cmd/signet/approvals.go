@@ -80,7 +80,7 @@ func newApprovalsCmd() *cobra.Command {
 		Short: "Show which spec objects are approved, by which keys, and why not",
 		Long: `Render the spec path PATH (default ".", a directory inside the repository) of the
 spec repository --repo (default ".") at the commit HEAD names (what signet run and the reconciler read; --working-tree for the files as
-they are), read every approval under <path>/.signet/approvals/ and decide, under the trust policy, for
+they are), read every approval under <PATH>/.signet/approvals/ and decide, under the trust policy, for
 the cluster and at the current time, every object and every action a request
 asks for (cancel, release): approved or not, by which keys, and why not
 (changed since approval, untrusted key, bad signature, expired, other cluster,

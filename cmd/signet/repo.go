@@ -18,7 +18,7 @@ import (
 
 // repoUsage is the help text of --repo, the same for every command that
 // reads a repository (issue 17: one flag, one default, one meaning).
-const repoUsage = `the repository: its root directory (default ".", the current directory); run, status, audit, verify, logs and report also take a file://, http(s):// or ssh:// URL`
+const repoUsage = `the repository's root directory ("." is the current directory); run, status, audit, verify, logs and report also take a file://, http(s):// or ssh:// URL`
 
 // repoOptions is --repo: the repository a command reads. Its root is what
 // bundle paths, spec paths (PATH) and approval paths are relative to.

@@ -81,7 +81,7 @@ PATH is relative to it too, as in signet diff.
 
 With --trust (and --cluster), every object or requested action that is not
 approved under the trust policy, and every unreadable approval file under
-<path>/.signet/approvals/, is a finding too (see signet approvals for details).
+<PATH>/.signet/approvals/, is a finding too (see signet approvals for details).
 
 It reads the files as they are in the working tree; when they differ from the
 commit HEAD names (what signet run and the reconciler read), a note on stderr

@@ -42,7 +42,7 @@ func (o *reportOptions) AddFlags(fs *pflag.FlagSet) {
 func newReportCmd() *cobra.Command {
 	o := &reportOptions{}
 	cmd := &cobra.Command{
-		Use:   "report --repo R --trust FILE --out DIR",
+		Use:   "report --trust FILE --out DIR",
 		Short: "Write a static HTML report of an evidence branch, every number verified by the audit",
 		Long: `Audit an evidence branch (as signet audit does) and write a static, self-contained
 HTML site of it to --out: a fleet index (nodes certified, failing, retained and expiring
@@ -56,7 +56,7 @@ second report rewrites only the files that changed. Prints the path of the index
 
 Exit status: 0 clean, 1 the audit has findings (the report shows them), 2 usage error or
 the branch could not be read.`,
-		Example: "  signet report --repo . --trust trust.yaml --out report/\n  signet report --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml --out /srv/signet-report",
+		Example: "  signet report --trust trust.yaml --out report/\n  signet report --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml --out /srv/signet-report",
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

@@ -143,10 +143,7 @@ func (r *podRun) makeProjected(ctx context.Context, dir string, v corev1.Volume)
 			if sat.Audience != "" {
 				aud = []string{sat.Audience}
 			}
-			sa := r.pod.Spec.ServiceAccountName
-			if sa == "" {
-				sa = "default"
-			}
+			sa := r.pod.Spec.ServiceAccountName // required with such a source
 			tr, err := core.ServiceAccounts(r.pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 				Audiences: aud, ExpirationSeconds: &exp,
 				BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: r.pod.Name, UID: r.pod.UID},

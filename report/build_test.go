@@ -66,7 +66,8 @@ func TestReportDeterministicAndIncremental(t *testing.T) {
 	require.NoError(t, err)
 	second, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"index.html", "nodes/fixture/localhost.html", "profiles/quick.html", "runs-1.html", "runs/fixture/run-c.html"}, second.Changed)
+	assert.Equal(t, []string{"index.html", "nodes/fixture/localhost.html", "profiles/quick.html", "runs-1.html", "runs/fixture/run-c.html"}, second.Changed,
+		"after one new run, only the pages it changes are written")
 
 	again, err := report.Build(t.Context(), report.Options{Repo: c.Dir, Policy: f.Policy, Out: out})
 	require.NoError(t, err)

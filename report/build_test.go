@@ -142,3 +142,34 @@ func TestReportWithholdsEveryRunOnBranchFindings(t *testing.T) {
 	assert.Contains(t, site["runs/fixture/run-a.html"], `id="withheld"`)
 	assert.NotContains(t, site["runs/fixture/run-a.html"], `id="matrix"`, "a branch finding withholds every run")
 }
+
+// TestReportReplacesFlatLayout: a directory holding a report of the
+// layout before generations (pages and manifest.json straight in it)
+// gets the generations; the old pages its manifest lists are removed
+// once the new one is switched in, a file it does not list is kept.
+func TestReportReplacesFlatLayout(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a")
+	require.NoError(t, err)
+	out := t.TempDir()
+	for p, b := range map[string]string{
+		"index.html":        "old index",
+		"runs/old/run.html": "old run",
+		"keep.txt":          "mine",
+		report.ManifestFile: `{"files": {"index.html": "sha256:00", "runs/old/run.html": "sha256:00", "../outside.txt": "sha256:00"}}`,
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(out, p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(out, p), []byte(b), 0o644))
+	}
+	outside := filepath.Join(filepath.Dir(out), "outside.txt")
+	require.NoError(t, os.WriteFile(outside, []byte("not the report's"), 0o644))
+	res, err := report.Build(t.Context(), report.Options{Repo: f.Repo, Policy: f.Policy, Out: out})
+	require.NoError(t, err)
+	top := readTree(t, out)
+	assert.NotContains(t, top, "runs/old/run.html")
+	assert.NotContains(t, top, report.ManifestFile)
+	assert.Equal(t, "mine", top["keep.txt"])
+	assert.Contains(t, top["index.html"], `<base href="gens/`)
+	assert.Equal(t, filepath.Join(out, "index.html"), res.Index)
+	_, err = os.Stat(outside)
+	assert.NoError(t, err, "a path outside the directory is never removed")
+}

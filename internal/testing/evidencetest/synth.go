@@ -115,9 +115,20 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 		if err := w.run(ctx, objs[0], false); err != nil {
 			return nil, err
 		}
+		// Every append leaves a pack on the remote; past some 10^5 of
+		// them git cannot map them all. Combine them geometrically.
+		if (i+1)%synthRepackEvery == 0 {
+			if _, err := Git(filepath.Join(dir, "remote.git"), nil, "repack", "-d", "-q", "--geometric=2"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return &Synthetic{Remote: filepath.Join(dir, "remote.git"), Policy: w.policy, Reconciler: key, Runs: int(w.seq), Documents: w.docs}, nil
 }
+
+// synthRepackEvery is how many runs Synthesize appends between
+// repacks of its remote.
+const synthRepackEvery = 250
 
 // synthScript is the one file, ok.sh, of the synthetic profiles' bundle.
 var synthScript = []byte("#!/bin/sh\nexit 0\n")

@@ -157,10 +157,10 @@ type writer struct {
 	// perRun: each run copies an approval of its own request and the
 	// profile instead of approval.
 	perRun bool
-	script   []byte
-	seq      int64
-	prev     *evidence.FileRef
-	docs     int
+	script []byte
+	seq    int64
+	prev   *evidence.FileRef
+	docs   int
 }
 
 // newWriter creates the bare repository remote, a trust policy of key

@@ -106,6 +106,14 @@ func reportFiles(dir string) http.Handler {
 			return
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if strings.HasPrefix(name, report.GenerationsDir+"/") {
+			// A generation never changes once switched in.
+			w.Header().Set("Cache-Control", "public, max-age=86400, immutable")
+		} else {
+			// The entry leads into the current generation: never
+			// reuse it without asking.
+			w.Header().Set("Cache-Control", "no-cache")
+		}
 		http.ServeContent(w, req, name, st.ModTime(), f)
 	})
 }

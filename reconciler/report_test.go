@@ -150,6 +150,10 @@ func TestReportGenerationsServed(t *testing.T) {
 
 	// A reader opens the entry, the report is rebuilt, the reader
 	// follows the links: still the generation it opened.
+	resp, err := rr.client.Get(base.String())
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "no-cache", resp.Header.Get("Cache-Control"), "a browser never shows a stale entry")
 	gen, links, entry := rr.open()
 	require.True(t, rebuild())
 	next, _, _ := rr.open()

@@ -51,8 +51,11 @@ node × check matrix with reasons, summaries, measurements, durations and log ta
 approved it, and the stock-tool commands that re-verify it), per node and per profile.
 
 A page is never written from a document the audit did not prove: a run that a finding
-names is shown withheld, with the findings. The same branch gives the same bytes; a
-second report rewrites only the files that changed. Prints the path of the index.
+names is shown withheld, with the findings. The same branch gives the same bytes. Each
+report is a new generation (DIR/gens/<id>/), written whole and then switched in
+(DIR/current, and DIR/index.html leading into it), so no reader sees a half-written
+report; a second report writes only the pages that changed and links the others.
+Prints the path of the index.
 
 Exit status: 0 clean, 1 the audit has findings (the report shows them), 2 usage error or
 the branch could not be read.`,

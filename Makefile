@@ -5,6 +5,7 @@ GO_TEST_ARGS ?= -race
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
+MUTATE_JOBS ?= 2
 
 .PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools browser-tools clean mutations image
 
@@ -61,10 +62,13 @@ bench:
 
 ## mutations: every mutation of hack/mutations.yaml must be caught by the test
 ## named for it (internal/tools/mutate). One only: make mutations MUTATION=<id>[,<id>…].
-## MUTATE_ARGS=-overlay leaves the working tree untouched (go test -overlay).
+## MUTATE_JOBS mutations run at once (default 2): those of .go files through
+## go test -overlay, the others (files tests read at run time) in place, alone.
+## MUTATE_JOBS=1 applies every mutation in place, one at a time;
+## MUTATE_ARGS=-overlay never writes the working tree (.go mutations only).
 mutations:
 	$(GO) build -o $(BIN)/mutate ./internal/tools/mutate/cmd/mutate
-	$(BIN)/mutate -list hack/mutations.yaml $(if $(MUTATION),-only $(MUTATION)) $(MUTATE_ARGS)
+	$(BIN)/mutate -list hack/mutations.yaml -jobs $(MUTATE_JOBS) $(if $(MUTATION),-only $(MUTATION)) $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(BIN) demo

@@ -11,6 +11,14 @@
 // not overwritten: the run stops and says where the original bytes were saved.
 //
 // With Overlay set, the tree is never written at all: the mutated file is
-// handed to the go command through -overlay, so others sharing the working
-// tree never build a mutated package.
+// handed to the go command through -overlay (in GOFLAGS, so that a go build
+// the test runs sees it too), so others sharing the working tree never build
+// a mutated package. Only .go files can be handed over that way: a test
+// reads other files at run time, where -overlay does not reach.
+//
+// RunAll runs several mutations at once (Jobs): those of .go files only go
+// through -overlay, each with its own TMPDIR; the others are applied in
+// place, with no other mutation running. Each test's baseline (the run
+// without the mutation, which must pass) runs from a test binary built once
+// per package.
 package mutate

@@ -191,3 +191,27 @@ type BrokenError struct {
 }
 
 func (e *BrokenError) Error() string { return e.File + ": " + e.Reason }
+
+// goOnly reports whether every file m edits is Go source, which the go
+// command reads through -overlay.
+func (m *Mutation) goOnly() bool { return m.notGo() == "" }
+
+// editsGo reports whether any file m edits is Go source.
+func (m *Mutation) editsGo() bool {
+	for _, e := range m.Edits() {
+		if strings.HasSuffix(e.File, ".go") {
+			return true
+		}
+	}
+	return false
+}
+
+// notGo returns the first file m edits that is not Go source, or "".
+func (m *Mutation) notGo() string {
+	for _, e := range m.Edits() {
+		if !strings.HasSuffix(e.File, ".go") {
+			return e.File
+		}
+	}
+	return ""
+}

@@ -122,9 +122,9 @@ func TestRunMutatesTheTreeOnlyDuringTheTest(t *testing.T) {
 func TestBaseline(t *testing.T) {
 	root := tree(t)
 	calls := 0
-	r := &Runner{Root: root, Baseline: true, RunTest: func(_ context.Context, _ Test, _ string, count1 bool) (TestRun, error) {
+	r := &Runner{Root: root, Baseline: true, RunTest: func(_ context.Context, _ Test, _ string, baseline bool) (TestRun, error) {
 		calls++
-		if !count1 {
+		if baseline {
 			return TestRun{Output: "--- FAIL: TestAdd\n    Error: Add(1, 2) = 0\n", Passed: false}, nil
 		}
 		return TestRun{Output: "Add(1, 2)"}, nil
@@ -246,36 +246,73 @@ func TestParseList(t *testing.T) {
 }
 
 // TestGoTest runs the real go command on a tiny module: a caught mutation,
-// a survivor and a mutation that does not build.
+// a survivor, a mutation that does not build, one whose test matches
+// nothing, and one of a file the test reads at run time, which -overlay
+// cannot reach.
 func TestGoTest(t *testing.T) {
 	goCmd, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command runs every mutation: it must be on PATH")
 	root := tree(t)
 	require.NoError(t, os.WriteFile(filepath.Join(root, "go.mod"), []byte("module x\n\ngo 1.22\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "want.txt"), []byte("3\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "x_test.go"), []byte(`package x
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 func TestAdd(t *testing.T) {
 	if got := Add(1, 2); got != 3 {
 		t.Fatalf("Add(1, 2) = %d, want 3", got)
 	}
 }
+
+func TestWant(t *testing.T) {
+	b, err := os.ReadFile("want.txt")
+	if err != nil || strings.TrimSpace(string(b)) != "3" {
+		t.Fatalf("want.txt says %q", b)
+	}
+}
 `), 0o644))
-	for _, overlay := range []bool{false, true} {
-		r := &Runner{Root: root, Go: goCmd, Overlay: overlay, Baseline: true}
-		for _, tc := range []struct {
-			m    *Mutation
-			want Status
-		}{
-			{mutation("return a + b", "return a - b"), Caught},
-			{mutation("return a - b", "return b - a"), Survived},
-			{mutation("return a + b", "return a +"), Broken},
-		} {
-			res, err := r.Run(t.Context(), tc.m)
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, res.Status, "overlay=%v %s: %s\n%s", overlay, tc.m.Replacement, res.Detail, res.Output)
-			assertTreeIntact(t, root)
-		}
+	wantFile := &Mutation{
+		ID: "w", Rule: "want.txt says 3.", File: "want.txt", Target: "3", Replacement: "4",
+		Test: Test{Pkg: ".", Run: "^TestWant$"}, Assert: `want.txt says "4`,
+	}
+	noTest := mutation("return a + b", "return a - b")
+	noTest.Test.Run = "^TestNothing$"
+	for _, cfg := range []struct {
+		name     string
+		overlay  bool
+		jobs     int
+		wantFile Status
+	}{
+		{"in place", false, 1, Caught},
+		{"overlay", true, 1, Broken},
+		{"jobs", false, 2, Caught},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			r := &Runner{Root: root, Go: goCmd, Overlay: cfg.overlay, Jobs: cfg.jobs, Baseline: true}
+			defer r.Close()
+			for _, tc := range []struct {
+				m    *Mutation
+				want Status
+			}{
+				{mutation("return a + b", "return a - b"), Caught},
+				{mutation("return a - b", "return b - a"), Survived},
+				{mutation("return a + b", "return a +"), Broken},
+				{noTest, Broken},
+				{wantFile, cfg.wantFile},
+			} {
+				res, err := r.Run(t.Context(), tc.m)
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, res.Status, "%s %s: %s\n%s", tc.m.Test.Run, tc.m.Replacement, res.Detail, res.Output)
+				assertTreeIntact(t, root)
+				b, err := os.ReadFile(filepath.Join(root, "want.txt"))
+				require.NoError(t, err)
+				assert.Equal(t, "3\n", string(b), "want.txt restored")
+			}
+		})
 	}
 }

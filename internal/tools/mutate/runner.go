@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -44,11 +45,14 @@ type Result struct {
 type TestRun struct {
 	Output string
 	Passed bool
+	// BuildFailed says the test binary did not build; Output says why.
+	BuildFailed bool
 }
 
-// TestFunc runs test t in the repository, with the go command's -overlay
-// file when overlay is not empty, and count1 set to bypass the test cache.
-type TestFunc func(ctx context.Context, t Test, overlay string, count1 bool) (TestRun, error)
+// TestFunc runs test t in the repository: the run without any mutation
+// when baseline is set, else the mutated run, with the go command's
+// -overlay file when overlay is not empty.
+type TestFunc func(ctx context.Context, t Test, overlay string, baseline bool) (TestRun, error)
 
 // Runner applies mutations in the repository at Root.
 type Runner struct {
@@ -59,10 +63,22 @@ type Runner struct {
 	// Timeout bounds one test run, build included (default 10m).
 	Timeout time.Duration
 	// Overlay hands mutated files to the go command with -overlay instead
-	// of writing them into the tree.
+	// of writing them into the tree. Only .go files can be handed over
+	// (a test reads other files at run time, where -overlay does not
+	// reach): a mutation of any other file is broken under Overlay.
 	Overlay bool
-	// Baseline first runs each named test without the mutation (the test
-	// cache may answer) and calls the mutation broken unless it passes.
+	// Jobs is how many mutations RunAll runs at once; 0 and 1 run them one
+	// after another. With more, a mutation of .go files only goes through
+	// -overlay even without Overlay, and a mutation of any other file is
+	// applied in place (journaled) with no other mutation running.
+	Jobs int
+	// Expected holds each mutation's elapsed time in an earlier run, by
+	// id. RunAll starts the mutations applied in place first, then those
+	// without an expected time, then the longest first.
+	Expected map[string]time.Duration
+	// Baseline first runs each named test without the mutation, from a
+	// test binary built once per package, and calls the mutation broken
+	// unless it passes.
 	Baseline bool
 	// Journal is a directory recording the original bytes of files mutated
 	// in place, so that a run killed with SIGKILL is undone by the next one.
@@ -73,14 +89,30 @@ type Runner struct {
 	// RunTest runs a test; nil means go test.
 	RunTest TestFunc
 
-	g         guard
-	baselines map[Test]error
+	g guard
+	// tree is held exclusively while a mutation is applied in place, and
+	// shared while one goes through -overlay.
+	tree  sync.RWMutex
+	logMu sync.Mutex
+	// mu guards baselines and bins.
+	mu        sync.Mutex
+	baselines map[Test]*baselineResult
+	bins      binaries
+	pkgs      map[string]pkgInfo
 }
 
 func (r *Runner) logf(format string, a ...any) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	if r.Log != nil {
 		fmt.Fprintf(r.Log, format+"\n", a...)
 	}
+}
+
+// inPlace reports whether m is applied to the tree rather than handed to
+// the go command through -overlay.
+func (r *Runner) inPlace(m *Mutation) bool {
+	return !r.Overlay && (r.Jobs <= 1 || !m.goOnly())
 }
 
 // Recover restores files an earlier, killed run left mutated (recorded in
@@ -111,6 +143,21 @@ func (r *Runner) Run(ctx context.Context, m *Mutation) (res Result, err error) {
 	if err := m.Validate(); err != nil {
 		return broken("%v", err)
 	}
+	if r.Overlay && !m.goOnly() {
+		return broken("%s is not Go source: a test reads it at run time, where -overlay does not reach; run without -overlay", m.notGo())
+	}
+	inPlace := r.inPlace(m)
+	if inPlace {
+		r.tree.Lock()
+		defer r.tree.Unlock()
+	} else {
+		r.tree.RLock()
+		defer r.tree.RUnlock()
+	}
+	start = time.Now() // waiting for the tree is not this mutation's time
+	if err := ctx.Err(); err != nil {
+		return broken("not run: %v", err)
+	}
 	files, mutated, err := r.prepare(m)
 	if err != nil {
 		var be *BrokenError
@@ -125,14 +172,19 @@ func (r *Runner) Run(ctx context.Context, m *Mutation) (res Result, err error) {
 		}
 	}
 
+	// work holds this run's test binary and, through -overlay, the mutated
+	// files and the run's TMPDIR.
+	work, err := os.MkdirTemp("", "mutate-run-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil {
+		return res, err
+	}
 	overlay := ""
-	if r.Overlay {
-		dir, err := os.MkdirTemp("", "mutate-overlay-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(dir)
-		if overlay, err = writeOverlay(dir, files, mutated); err != nil {
+	if !inPlace {
+		if overlay, err = writeOverlay(work, files, mutated); err != nil {
 			return res, err
 		}
 	} else {
@@ -153,12 +205,12 @@ func (r *Runner) Run(ctx context.Context, m *Mutation) (res Result, err error) {
 	}
 
 	r.logf("%-28s go test -run '%s' %s", m.ID, m.Test.Run, m.Test.Pkg)
-	run, terr := r.runTest(ctx, m.Test, overlay, true)
+	run, terr := r.runMutated(ctx, m, work, overlay)
 	res.Output = run.Output
 	switch {
 	case terr != nil:
 		res.Status, res.Detail = Broken, terr.Error()
-	case buildFailed(run.Output):
+	case run.BuildFailed || buildFailed(run.Output):
 		res.Status, res.Detail = Broken, "mutated code does not build: "+firstLines(run.Output, 3)
 	case run.Passed && noTests(run.Output):
 		res.Status, res.Detail = Broken, "test.run matches no test"
@@ -215,7 +267,18 @@ func (r *Runner) prepare(m *Mutation) ([]origFile, [][]byte, error) {
 	return files, mutated, nil
 }
 
+// writeOverlay writes the mutated files and the overlay file naming them
+// into dir, and returns the overlay file's path. It also makes dir/tmp, the
+// mutated run's TMPDIR, open to all and sticky as /tmp is: a check that
+// runs as a transient uid works in it.
 func writeOverlay(dir string, files []origFile, mutated [][]byte) (string, error) {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+		return "", err
+	}
 	replace := map[string]string{}
 	for i, f := range files {
 		p := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(f.path)))
@@ -236,14 +299,38 @@ func writeOverlay(dir string, files []origFile, mutated [][]byte) (string, error
 	return p, os.WriteFile(p, b, 0o644)
 }
 
-// baseline runs t once without any mutation (the test cache may answer):
-// it must pass and run at least one test.
+// baselineResult is the outcome of one test's baseline, known once done
+// is closed.
+type baselineResult struct {
+	done chan struct{}
+	err  error
+}
+
+// baseline runs t once without any mutation: it must pass and run at least
+// one test. Each test's baseline runs once; a caller asking while it runs
+// waits for it.
 func (r *Runner) baseline(ctx context.Context, t Test) error {
-	if err, ok := r.baselines[t]; ok {
-		return err
+	r.mu.Lock()
+	b, ok := r.baselines[t]
+	if !ok {
+		if r.baselines == nil {
+			r.baselines = map[Test]*baselineResult{}
+		}
+		b = &baselineResult{done: make(chan struct{})}
+		r.baselines[t] = b
 	}
+	r.mu.Unlock()
+	if ok {
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			return fmt.Errorf("baseline: %w", ctx.Err())
+		}
+	}
+	defer close(b.done)
 	r.logf("%-28s go test -run '%s' %s", "(baseline)", t.Run, t.Pkg)
-	run, err := r.runTest(ctx, t, "", false)
+	run, err := r.runBaseline(ctx, t)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("baseline: %w", err)
@@ -252,54 +339,99 @@ func (r *Runner) baseline(ctx context.Context, t Test) error {
 	case noTests(run.Output):
 		err = errors.New("baseline: test.run matches no test")
 	}
-	if r.baselines == nil {
-		r.baselines = map[Test]error{}
-	}
-	if ctx.Err() == nil {
-		r.baselines[t] = err
+	b.err = err
+	if ctx.Err() != nil {
+		// Cancelled, not answered: a later call runs it again.
+		r.mu.Lock()
+		delete(r.baselines, t)
+		r.mu.Unlock()
 	}
 	return err
 }
 
-func (r *Runner) runTest(ctx context.Context, t Test, overlay string, count1 bool) (TestRun, error) {
+func (r *Runner) runBaseline(ctx context.Context, t Test) (TestRun, error) {
 	if r.RunTest != nil {
-		return r.RunTest(ctx, t, overlay, count1)
+		return r.RunTest(ctx, t, "", true)
 	}
-	return r.goTest(ctx, t, overlay, count1)
+	return r.baselineTest(ctx, t)
 }
 
-// goTest runs go test for t in its own process group, killed as a group on
-// timeout or cancellation.
-func (r *Runner) goTest(ctx context.Context, t Test, overlay string, count1 bool) (TestRun, error) {
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Minute
+func (r *Runner) runMutated(ctx context.Context, m *Mutation, work, overlay string) (TestRun, error) {
+	if r.RunTest != nil {
+		return r.RunTest(ctx, m.Test, overlay, false)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
-	defer cancel()
-	goCmd := r.Go
-	if goCmd == "" {
-		goCmd = "go"
-	}
-	args := []string{"test", "-vet=off", "-timeout", timeout.String(), "-run", t.Run}
-	if count1 {
-		args = append(args, "-count=1")
-	}
-	if t.Race {
-		args = append(args, "-race")
-	}
+	return r.goTest(ctx, m, work, overlay)
+}
+
+// goTest builds m's test binary in work and runs m's test from it as go
+// test -count=1 would. The overlay goes in GOFLAGS, so that a go command
+// the test itself runs (a test that builds cmd/signet) builds the mutated
+// code too, as it would from a tree mutated in place; and the run gets its
+// own TMPDIR in work, so that what it leaves at a stable temporary path
+// (testenv's signet binary, built from the mutated code) is neither seen by
+// another run nor left behind.
+//
+// A mutation of no .go file starts from a copy of the baseline's binary:
+// go test -c then only checks that it is up to date (it relinks when the
+// file is embedded), instead of linking the same binary again.
+func (r *Runner) goTest(ctx context.Context, m *Mutation, work, overlay string) (TestRun, error) {
+	t := m.Test
+	var env []string
 	if overlay != "" {
-		args = append(args, "-overlay", overlay)
+		if strings.ContainsAny(overlay, " \t\n") {
+			return TestRun{}, fmt.Errorf("overlay path %q has white space, which GOFLAGS cannot carry", overlay)
+		}
+		env = []string{
+			"GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -overlay="+overlay),
+			"TMPDIR=" + filepath.Join(work, "tmp"),
+		}
 	}
-	args = append(args, t.Pkg)
-	cmd := exec.CommandContext(ctx, goCmd, args...)
-	cmd.Dir = r.Root
+	pkg, err := r.pkgInfo(ctx, t.Pkg)
+	if err != nil || !pkg.listed.Passed {
+		return pkg.listed, err
+	}
+	bin := filepath.Join(work, "mutated.test")
+	if !m.editsGo() {
+		if err := r.seedBinary(t, bin); err != nil {
+			return TestRun{}, err
+		}
+	}
+	build, ok, err := r.buildTest(ctx, t, bin, env)
+	if err != nil || !ok {
+		return build, err
+	}
+	return r.runBinary(ctx, t, pkg, bin, env)
+}
+
+func (r *Runner) timeout() time.Duration {
+	if r.Timeout <= 0 {
+		return 10 * time.Minute
+	}
+	return r.Timeout
+}
+
+func (r *Runner) goCmd() string {
+	if r.Go == "" {
+		return "go"
+	}
+	return r.Go
+}
+
+// command runs name in dir in its own process group, killed as a group on
+// timeout (Timeout plus 30s) or cancellation; what names it in that error.
+// env nil means the environment of this process.
+func (r *Runner) command(ctx context.Context, what, dir string, env []string, name string, args ...string) (TestRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout()+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		return TestRun{Output: string(out)}, fmt.Errorf("go test did not finish: %w", ctx.Err())
+		return TestRun{Output: string(out)}, fmt.Errorf("%s did not finish: %w", what, ctx.Err())
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -313,7 +445,8 @@ func buildFailed(out string) bool {
 }
 
 func noTests(out string) bool {
-	return strings.Contains(out, "[no tests to run]") || strings.Contains(out, "no test files")
+	return strings.Contains(out, "[no tests to run]") || strings.Contains(out, "no test files") ||
+		strings.Contains(out, "testing: warning: no tests to run")
 }
 
 func firstLines(s string, n int) string {

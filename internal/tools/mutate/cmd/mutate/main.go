@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,7 +30,9 @@ func run() int {
 		list     = flag.String("list", "hack/mutations.yaml", "mutation list, relative to -root")
 		root     = flag.String("root", ".", "repository root")
 		only     = flag.String("only", "", "comma-separated ids to run (default: all)")
-		overlay  = flag.Bool("overlay", false, "hand mutated files to go test with -overlay instead of writing the tree")
+		overlay  = flag.Bool("overlay", false, "hand mutated files to go test with -overlay instead of writing the tree (.go files only)")
+		jobs     = flag.Int("jobs", 1, "mutations run at once; above 1, mutations of .go files only go through -overlay and the others run in place, alone")
+		times    = flag.String("times", "bin/.mutate-times.json", "file of each mutation's last elapsed time, relative to -root, read to start the longest first (empty: none)")
 		baseline = flag.Bool("baseline", true, "require each named test to pass without its mutation first")
 		timeout  = flag.Duration("timeout", 10*time.Minute, "bound on one go test run, build included")
 		verbose  = flag.Bool("v", false, "print the test output of every mutation")
@@ -61,10 +64,15 @@ func run() int {
 		muts = sel
 	}
 
+	if *jobs < 1 {
+		fmt.Fprintln(os.Stderr, "mutate: -jobs must be at least 1")
+		return 2
+	}
 	r := &mutate.Runner{
-		Root: *root, Timeout: *timeout, Overlay: *overlay, Baseline: *baseline,
+		Root: *root, Timeout: *timeout, Overlay: *overlay, Jobs: *jobs, Baseline: *baseline,
 		Journal: rootPath(*root, "bin/.mutate-journal"), Log: os.Stderr,
 	}
+	defer r.Close()
 	if *check {
 		bad := 0
 		for i := range muts {
@@ -93,8 +101,10 @@ func run() int {
 	go func() {
 		s := <-sigs
 		fmt.Fprintf(os.Stderr, "mutate: %v: stopping the test and restoring the tree\n", s)
-		cancel() // kills the go test process group
-		if err := r.RestoreAll(); err != nil {
+		cancel() // kills the go test process groups
+		err := r.RestoreAll()
+		r.Close()
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "mutate: RESTORE FAILED:", err)
 			os.Exit(3)
 		}
@@ -102,20 +112,34 @@ func run() int {
 		os.Exit(130)
 	}()
 
-	start := time.Now()
-	var results []mutate.Result
-	for i := range muts {
-		res, err := r.Run(ctx, &muts[i])
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "\nmutate: STOPPED at %s: %v\n", muts[i].ID, err)
-			if rerr := r.RestoreAll(); rerr != nil {
-				fmt.Fprintln(os.Stderr, "mutate: RESTORE FAILED:", rerr)
-			}
-			return 3
+	timesPath := ""
+	if *times != "" {
+		timesPath = rootPath(*root, *times)
+		if r.Expected, err = mutate.LoadTimes(timesPath); err != nil {
+			fmt.Fprintln(os.Stderr, "mutate: ignoring earlier times:", err)
 		}
-		results = append(results, res)
+	}
+	start := time.Now()
+	results, err := r.RunAll(ctx, muts, func(res mutate.Result) {
 		if *verbose && res.Output != "" {
 			fmt.Fprintf(os.Stderr, "---- %s output:\n%s\n", res.Mutation.ID, res.Output)
+		}
+	})
+	if err != nil {
+		var stop *mutate.StopError
+		if errors.As(err, &stop) {
+			fmt.Fprintf(os.Stderr, "\nmutate: STOPPED at %s: %v\n", stop.ID, stop.Err)
+		} else {
+			fmt.Fprintf(os.Stderr, "\nmutate: STOPPED: %v\n", err)
+		}
+		if rerr := r.RestoreAll(); rerr != nil {
+			fmt.Fprintln(os.Stderr, "mutate: RESTORE FAILED:", rerr)
+		}
+		return 3
+	}
+	if timesPath != "" {
+		if err := mutate.SaveTimes(timesPath, results); err != nil {
+			fmt.Fprintln(os.Stderr, "mutate: could not record times:", err)
 		}
 	}
 	fmt.Println()

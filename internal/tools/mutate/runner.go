@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -94,7 +95,9 @@ type Runner struct {
 	// shared while one goes through -overlay.
 	tree  sync.RWMutex
 	logMu sync.Mutex
-	// mu guards baselines and bins.
+	// halted is set by the first error about the tree.
+	halted atomic.Bool
+	// mu guards baselines, bins and pkgs.
 	mu        sync.Mutex
 	baselines map[Test]*baselineResult
 	bins      binaries
@@ -155,9 +158,19 @@ func (r *Runner) Run(ctx context.Context, m *Mutation) (res Result, err error) {
 		defer r.tree.RUnlock()
 	}
 	start = time.Now() // waiting for the tree is not this mutation's time
+	if r.halted.Load() {
+		return broken("not run: an earlier mutation stopped the run")
+	}
 	if err := ctx.Err(); err != nil {
 		return broken("not run: %v", err)
 	}
+	// A tree error stops the run before the tree is free again, so that
+	// no mutation waiting for it starts.
+	defer func() {
+		if err != nil {
+			r.halted.Store(true)
+		}
+	}()
 	files, mutated, err := r.prepare(m)
 	if err != nil {
 		var be *BrokenError

@@ -328,3 +328,15 @@ func TestReportFilesBeforeFirstReport(t *testing.T) {
 		})
 	}
 }
+
+// TestReportFilesUnreadableDirectory: a report.dir that exists but
+// cannot be opened as a directory is 500, not 503: retrying will not
+// help, a person must fix it.
+func TestReportFilesUnreadableDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "report")
+	require.NoError(t, os.WriteFile(dir, []byte("not a directory"), 0o644))
+	code, h, body := serveReport(t, dir)(http.MethodGet, "/report/")
+	assert.Equal(t, http.StatusInternalServerError, code, body)
+	assert.Empty(t, h.Get("Retry-After"))
+	assert.NotContains(t, body, "not a directory")
+}

@@ -12,38 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"signet.dev/signet/evidence"
 	"signet.dev/signet/specs"
 )
 
-// Identity is what a node is, as its snapshot records it; a change of any
-// field is an identity trigger.
-type Identity struct {
-	UID        string `json:"uid"`
-	SystemUUID string `json:"systemUUID,omitempty"`
-	BootID     string `json:"bootID,omitempty"`
-	Kernel     string `json:"kernel,omitempty"`
-	GPUProduct string `json:"gpuProduct,omitempty"`
-	GPUDriver  string `json:"gpuDriver,omitempty"`
-}
-
-// changes lists the fields in which now differs from was, as
-// "field: old → new".
-func (was Identity) changes(now Identity) []string {
-	var out []string
-	for _, f := range []struct{ name, old, new string }{
-		{"uid", was.UID, now.UID},
-		{"systemUUID", was.SystemUUID, now.SystemUUID},
-		{"bootID", was.BootID, now.BootID},
-		{"kernel", was.Kernel, now.Kernel},
-		{"gpuProduct", was.GPUProduct, now.GPUProduct},
-		{"gpuDriver", was.GPUDriver, now.GPUDriver},
-	} {
-		if f.old != f.new {
-			out = append(out, fmt.Sprintf("%s: %q → %q", f.name, f.old, f.new))
-		}
-	}
-	return out
-}
+// Identity is what a node is, as a snapshot records it: a change of any
+// identity field (evidence.IdentityChanges) is an identity trigger.
+type Identity = evidence.NodeSnapshot
 
 // LastRun is a node's latest finished run of the standing certification's
 // profile, as the evidence branch records it.
@@ -208,9 +183,13 @@ func dueOf(n Node, every, before time.Duration, triggers map[specs.Trigger]bool,
 	}
 	last := n.Last
 	if triggers[specs.TriggerIdentity] {
-		if ch := last.Identity.changes(n.Identity); len(ch) > 0 {
+		if ch := evidence.IdentityChanges(last.Identity, n.Identity); len(ch) > 0 {
+			var words []string
+			for _, f := range ch {
+				words = append(words, fmt.Sprintf("%s: %q → %q", f.Field, f.Was, f.Now))
+			}
 			return &Due{Node: n.Name, Since: last.EndedAt, Reason: Reason{Kind: ReasonIdentity, Run: last.Run,
-				Detail: fmt.Sprintf("identity changed since run %s: %s", last.Run, strings.Join(ch, ", "))}}, time.Time{}
+				Detail: fmt.Sprintf("identity changed since run %s: %s", last.Run, strings.Join(words, ", "))}}, time.Time{}
 		}
 	}
 	var candidates []Due

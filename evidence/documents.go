@@ -17,6 +17,7 @@ const (
 	PredicateCancel      = "https://signet.dev/cancel/v1"
 	PredicateRelease     = "https://signet.dev/release/v1"
 	PredicateReceipt     = "https://signet.dev/receipt/v1"
+	PredicateFiring      = "https://signet.dev/firing/v1"
 )
 
 // FileRef binds a file of the run directory by its digest.
@@ -64,6 +65,10 @@ type Admission struct {
 	Participants      []Participant              `json:"participants"`
 	Approvals         []FileRef                  `json:"approvals"`
 	RunDeadline       time.Time                  `json:"runDeadline"`
+	// Firing binds the firing record (firing.json of the same run
+	// directory) of a standing certification's run; nil for a request's.
+	// Such an admission admits exactly the firing's chosen nodes.
+	Firing *FileRef `json:"firing,omitempty"`
 }
 
 // BundleRecord is the bundle a run was admitted with: its aggregate digest
@@ -209,4 +214,75 @@ type NodeNote struct {
 type ChainLink struct {
 	Run     string  `json:"run"`
 	Receipt FileRef `json:"receipt"`
+}
+
+// Firing is the predicate of firing.json: a standing certification's
+// decision to certify some of its pool's nodes, durable before anything is
+// admitted or reserved (docs/proposals/standing-certification.md, "Exactly
+// once"). Its run is FiringRunID(standing name, Sequence); it is written
+// only as a child of Tip, the commit the decision read, so no two firings
+// spend the same budget.
+type Firing struct {
+	Cluster string `json:"cluster"`
+	Run     string `json:"run"`
+	// Standing is StandingCertification/<name> and its digest
+	// (specs.CanonicalStanding: every field but release).
+	Standing ObjectRef `json:"standing"`
+	// Sequence is the firing's number, from 1; Run ends in it.
+	Sequence int64     `json:"sequence"`
+	FiredAt  time.Time `json:"firedAt"`
+	// Tip is the evidence commit the decision was computed from; empty
+	// when the branch did not exist yet.
+	Tip string `json:"tip"`
+	// Approvals are the copies (under approvals/ of the run directory) of
+	// the approvals of the standing certification relied on at FiredAt.
+	Approvals []FileRef `json:"approvals"`
+	// Pool is every node of the pool at the decision, the budget's
+	// denominator.
+	Pool []PoolNode `json:"pool"`
+	// InUse are the pool nodes signet held or had claimed at the decision.
+	InUse []string `json:"inUse"`
+	// Chosen are the nodes this firing certifies, in the decided order,
+	// each with why it was due.
+	Chosen []ChosenNode `json:"chosen"`
+}
+
+// PoolNode is a node of a standing certification's pool.
+type PoolNode struct {
+	Node string `json:"node"`
+	UID  string `json:"uid"`
+}
+
+// ChosenNode is a node a firing chose and why it was due.
+type ChosenNode struct {
+	Node   string    `json:"node"`
+	UID    string    `json:"uid"`
+	Reason DueReason `json:"reason"`
+}
+
+// DueReason is why a pool node is due (reconciler/standing.Reason is this
+// type): its kind (DueJoined, …), the run it refers to (none for joined)
+// and the words a person reads.
+type DueReason struct {
+	Kind   string `json:"kind"`
+	Run    string `json:"run,omitempty"`
+	Detail string `json:"detail"`
+}
+
+// Kinds of DueReason.
+const (
+	DueJoined   = "joined"
+	DueSchedule = "schedule"
+	DueExpiry   = "expiry"
+	DueExpired  = "expired"
+	DueIdentity = "identity"
+)
+
+// Nodes are the names of the firing's chosen nodes, in order.
+func (f *Firing) Nodes() []string {
+	out := make([]string, len(f.Chosen))
+	for i, c := range f.Chosen {
+		out[i] = c.Node
+	}
+	return out
 }

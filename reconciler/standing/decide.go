@@ -52,22 +52,19 @@ type Node struct {
 	Busy bool `json:"busy,omitempty"`
 }
 
-// Reason kinds, as a firing records them.
+// Reason kinds, as a firing records them (evidence.DueJoined, …).
 const (
-	ReasonJoined   = "joined"
-	ReasonSchedule = "schedule"
-	ReasonExpiry   = "expiry"
-	ReasonExpired  = "expired"
-	ReasonIdentity = "identity"
+	ReasonJoined   = evidence.DueJoined
+	ReasonSchedule = evidence.DueSchedule
+	ReasonExpiry   = evidence.DueExpiry
+	ReasonExpired  = evidence.DueExpired
+	ReasonIdentity = evidence.DueIdentity
 )
 
 // Reason is why one node is due: its kind, the run it refers to (none for
-// joined) and the words a person reads.
-type Reason struct {
-	Kind   string `json:"kind"`
-	Run    string `json:"run,omitempty"`
-	Detail string `json:"detail"`
-}
+// joined) and the words a person reads. It is the firing record's type, so
+// that a firing records exactly what Decide returned.
+type Reason = evidence.DueReason
 
 // Due is a node that is due, since when, and why.
 type Due struct {

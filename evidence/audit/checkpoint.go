@@ -214,6 +214,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	}
 	for _, r := range runs {
 		r.admFile = r.files[evidence.AdmissionFile]
+		r.firFile = r.files[evidence.FiringFile]
 		if r.receipt == nil {
 			open = append(open, r)
 			continue

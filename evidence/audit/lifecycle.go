@@ -23,7 +23,10 @@ func (r *runAudit) checkAdmission() {
 	if !r.sameRun(rel, adm.Run, adm.Cluster) {
 		return
 	}
-	if want := evidence.RunDir(r.cluster, r.id, adm.AdmittedAt); want != r.dir {
+	if adm.Firing != nil || r.firFile != nil {
+		// A fired run's directory is dated by its firing (checkFiring).
+		r.checkFiringAdmission()
+	} else if want := evidence.RunDir(r.cluster, r.id, adm.AdmittedAt); want != r.dir {
 		r.add(RuleLayout, rel, fmt.Sprintf("admitted at %s, so the run belongs in %s", adm.AdmittedAt.UTC().Format(time.RFC3339), want))
 	}
 	if adm.Request.Kind != specs.KindRequest || adm.Request.Name != r.id {

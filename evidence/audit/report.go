@@ -35,7 +35,8 @@ const (
 	// or without it.
 	RuleLifecycleOrder = "lifecycle-order"
 	// RuleIncompleteRun: an admitted run has no receipt past its deadline
-	// plus Options.Grace.
+	// plus Options.Grace, or a fired run no admission past its firing time
+	// plus evidence.FiringAdmissionBound plus Options.Grace.
 	RuleIncompleteRun = "incomplete-run"
 	// RuleDigestBinding: a document binds another file (or spec object)
 	// by a digest that does not match it.
@@ -75,6 +76,14 @@ const (
 	// commit that added it, compared in whole seconds: a document is
 	// written before it is committed.
 	RuleDocumentTime = "document-time"
+	// RuleFiringUnapproved: a standing certification's firing record is
+	// not backed by approvals of its standing certification's digest that
+	// meet the trust policy's threshold at its firing time (an expired or
+	// revoked approval, another digest).
+	RuleFiringUnapproved = "firing-unapproved"
+	// RuleFiringAdmission: the admission of a fired run does not name its
+	// firing record, or admits other nodes than the firing chose.
+	RuleFiringAdmission = "firing-admission"
 	// RuleRevocationAnchor: a key's revokedAfterCommit names a commit that
 	// is not on the audited first-parent history; the key's signatures
 	// then count nowhere on the branch.
@@ -157,9 +166,11 @@ type RunReport struct {
 	Released   bool           `json:"released,omitempty"`
 	Profile    string         `json:"profile,omitempty"`
 	SpecCommit string         `json:"specCommit,omitempty"`
-	AdmittedAt time.Time      `json:"admittedAt,omitzero"`
-	Deadline   time.Time      `json:"runDeadline,omitzero"`
-	EndedAt    time.Time      `json:"endedAt,omitzero"`
+	// FiredAt is a standing certification's run's firing time.
+	FiredAt    time.Time `json:"firedAt,omitzero"`
+	AdmittedAt time.Time `json:"admittedAt,omitzero"`
+	Deadline   time.Time `json:"runDeadline,omitzero"`
+	EndedAt    time.Time `json:"endedAt,omitzero"`
 	// ReceiptSequence is the run's place in its cluster's receipt chain,
 	// 0 without a receipt.
 	ReceiptSequence int64         `json:"receiptSequence,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,19 @@ type Run struct {
 	// evidence, so the other checks never start (skipped), and the run
 	// evidence says canceled.
 	Canceled bool
+	// Fired: the run is a firing of the fixture's standing certification
+	// Standing (Name is specs.FiringRunID(Standing, seq)): its firing
+	// record lands first (evidence.Store.AppendFiring, with the index
+	// entry), and its admission names it. Until the admission of firings
+	// is built, that admission is a request's, of a request named Name.
+	Fired bool
+	// FiredOnly: the run stops after its firing record, never admitted.
+	FiredOnly bool
 }
+
+// Standing is the name of the standing certification of Fired runs: pool
+// "localhost", one node per run, budget one node.
+const Standing = "pool"
 
 // Build writes a fixture under dir whose evidence branch holds runs
 // (request names) of a profile of two local checks ("first", "second")
@@ -52,7 +65,13 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 		fmt.Fprintf(&yaml, "  - name: %s\n    script: ok.sh\n    backend: local\n    deadline: 20s\n", ck)
 	}
 	canceled := map[string]bool{}
+	if slices.ContainsFunc(runs, func(r Run) bool { return r.Fired || r.FiredOnly }) {
+		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  selector: {pool: localhost}\n  nodesPerRun: 1\n  every: 24h\n  budget: {maxNodes: 1}\n", Standing)
+	}
 	for _, r := range runs {
+		if r.FiredOnly {
+			continue
+		}
 		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n", r.Name)
 		canceled[r.Name] = r.Canceled
 	}
@@ -62,11 +81,24 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	}
 	defer w.store.Close()
 	f.Policy = w.policy
+	reqs := map[string]*specs.Object{}
 	for _, req := range w.requests {
-		if err := w.run(ctx, req, canceled[req.Name]); err != nil {
-			return nil, fmt.Errorf("run %s: %w", req.Name, err)
+		reqs[req.Name] = req
+	}
+	for _, r := range runs {
+		now := time.Now().UTC()
+		var firing *evidence.FileRef
+		if r.Fired || r.FiredOnly {
+			if firing, err = w.fire(ctx, r.Name, now); err != nil {
+				return nil, fmt.Errorf("run %s: %w", r.Name, err)
+			}
 		}
-		f.Runs = append(f.Runs, req.Name)
+		if !r.FiredOnly {
+			if err := w.runAt(ctx, reqs[r.Name], canceled[r.Name], now, firing); err != nil {
+				return nil, fmt.Errorf("run %s: %w", r.Name, err)
+			}
+		}
+		f.Runs = append(f.Runs, r.Name)
 	}
 	y, err := f.Policy.MarshalYAML()
 	if err != nil {
@@ -135,6 +167,7 @@ type writer struct {
 	cluster, node string
 	prof          *specs.Object
 	requests      []*specs.Object
+	standing      *specs.Object
 	// approval approves every spec object.
 	approval []byte
 	script   []byte
@@ -172,6 +205,8 @@ func newWriter(ctx context.Context, remote, stateDir, cluster, node, yaml string
 			w.prof = o
 		case specs.KindRequest:
 			w.requests = append(w.requests, o)
+		case specs.KindStanding:
+			w.standing = o
 		}
 	}
 	if w.approval, err = w.approve(subjects); err != nil {
@@ -217,10 +252,47 @@ func ref(f evidence.File) evidence.FileRef {
 // first check), the run evidence (Summarize of the checks), and the
 // receipt with its chain link.
 func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) error {
-	run, prof := req.Name, w.prof.Profile
-	now := time.Now().UTC()
+	return w.runAt(ctx, req, canceled, time.Now().UTC(), nil)
+}
+
+// uid is the node's UID in the next run the writer writes.
+func (w *writer) uid() string { return fmt.Sprintf("uid-%d", w.seq) }
+
+// fire writes firing record run of the standing certification (chosen:
+// the writer's node, joined) at now, decided on the store's tip, with the
+// index entry and its approval copy, and returns its reference.
+func (w *writer) fire(ctx context.Context, run string, now time.Time) (*evidence.FileRef, error) {
+	seq, ok := specs.FiringSequence(w.standing.Name, run)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a firing of %s", run, w.standing.Name)
+	}
 	dir := evidence.RunDir(w.cluster, run, now)
-	uid := fmt.Sprintf("uid-%d", w.seq)
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, "standing.json"), Data: w.approval}
+	st := evidence.ObjectRef{Kind: w.standing.Kind, Name: w.standing.Name, Digest: w.standing.Digest}
+	fr := evidence.Firing{Cluster: w.cluster, Run: run, Standing: st, Sequence: seq, FiredAt: now, Tip: w.store.Tip(),
+		Approvals: []evidence.FileRef{ref(apF)},
+		Pool:      []evidence.PoolNode{{Node: w.node, UID: w.uid()}}, InUse: []string{},
+		Chosen: []evidence.ChosenNode{{Node: w.node, UID: w.uid(),
+			Reason: evidence.DueReason{Kind: evidence.DueJoined, Detail: "no run of the profile covers the node"}}},
+	}
+	frF, err := w.sign(path.Join(dir, evidence.FiringFile), evidence.PredicateFiring, []signing.Subject{signing.SubjectFor(w.standing.Ref(), w.standing.Digest)}, fr)
+	if err != nil {
+		return nil, err
+	}
+	w.docs++ // the approval copy
+	if _, err := w.store.AppendFiring(ctx, fr.Tip, w.cluster, run, now, frF.Data, []evidence.File{apF}); err != nil {
+		return nil, err
+	}
+	r := ref(frF)
+	return &r, nil
+}
+
+// runAt is run at now; firing, when set, is the run's firing record, which
+// the admission names (the index entry landed with it).
+func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, now time.Time, firing *evidence.FileRef) error {
+	run, prof := req.Name, w.prof.Profile
+	dir := evidence.RunDir(w.cluster, run, now)
+	uid := w.uid()
 	snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid, BootID: "boot", Kernel: "6.1"}, "", "  ")
 	snapF := evidence.File{Path: evidence.NodePath(dir, w.node), Data: snap}
 	snapSubj := []signing.Subject{signing.SubjectFor(snapF.Path, specs.DigestOf(snap))}
@@ -235,13 +307,18 @@ func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) erro
 		Participants: []evidence.Participant{{Index: 0, Node: w.node, UID: uid, Snapshot: ref(snapF)}},
 		Approvals:    []evidence.FileRef{ref(apF)},
 		RunDeadline:  now.Add(prof.RunDeadline()),
+		Firing:       firing,
 	}
 	admF, err := w.sign(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, append([]signing.Subject{signing.SubjectFor(req.Ref(), req.Digest)}, snapSubj...), adm)
 	if err != nil {
 		return err
 	}
 	w.docs++ // the approval copy
-	if _, err := w.store.Append(ctx, "admitted "+run, []evidence.File{snapF, apF, admF, evidence.IndexEntry(w.cluster, run, now)}); err != nil {
+	admFiles := []evidence.File{snapF, apF, admF}
+	if firing == nil {
+		admFiles = append(admFiles, evidence.IndexEntry(w.cluster, run, now))
+	}
+	if _, err := w.store.Append(ctx, "admitted "+run, admFiles); err != nil {
 		return err
 	}
 	var docs []*evidence.CheckDoc

@@ -226,8 +226,11 @@ type Firing struct {
 	Cluster string `json:"cluster"`
 	Run     string `json:"run"`
 	// Standing is StandingCertification/<name> and its digest
-	// (specs.CanonicalStanding: every field but release).
-	Standing ObjectRef `json:"standing"`
+	// (specs.CanonicalStanding: every field but release); StandingObject
+	// is the object fired, as the admission copies its request, so that
+	// the audit judges the firing's budget and triggers offline.
+	Standing       ObjectRef                   `json:"standing"`
+	StandingObject specs.StandingCertification `json:"standingObject"`
 	// Sequence is the firing's number, from 1; Run ends in it.
 	Sequence int64     `json:"sequence"`
 	FiredAt  time.Time `json:"firedAt"`

@@ -15,7 +15,8 @@ import (
 // checkFiring audits firing.json, when the run directory holds one: a
 // document signed by an evidence signer (verified with every document),
 // about this run, in the directory dated by its firing time, whose run is
-// the standing certification's firing of its sequence number, and whose
+// the standing certification's firing of its sequence number, whose copy
+// of the standing certification digests to the digest it names, and whose
 // standing certification digest is approved at the firing time by the
 // approval copies it binds (rule firing-unapproved otherwise).
 func (r *runAudit) checkFiring() {
@@ -40,6 +41,11 @@ func (r *runAudit) checkFiring() {
 	}
 	if fr.Standing.Kind != specs.KindStanding || specs.FiringRunID(fr.Standing.Name, fr.Sequence) != r.id {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("firing %d of %s is not run %s", fr.Sequence, fr.Standing.Subject(), r.id))
+	}
+	if c, err := specs.CanonicalStanding(&fr.StandingObject); err == nil {
+		r.bindValue(rel, "standingObject", fr.Standing.Digest, specs.DigestOf(c))
+	} else {
+		r.add(RuleDigestBinding, rel, "standingObject: "+err.Error())
 	}
 	r.subjectsMatch(rel, r.firFile, []signing.Subject{signing.SubjectFor(fr.Standing.Subject(), fr.Standing.Digest)})
 	approvals := r.approvals(rel, fr.Approvals)

@@ -93,6 +93,14 @@ func TestAuditFiring(t *testing.T) {
 		out, err := evidencetest.Git(f.Repo, nil, "fsck", "--strict", "--no-progress", "--no-dangling")
 		require.NoError(t, err, out)
 
+		vr, err := audit.Verify(ctx, audit.VerifyOptions{Repo: f.Repo, Run: "pool-2", Policy: f.Policy})
+		require.NoError(t, err)
+		assert.Empty(t, vr.Findings)
+		assert.Equal(t, evidence.PhaseFired, vr.Phase)
+		for _, b := range vr.Bindings {
+			assert.True(t, b.OK, "%+v", b)
+		}
+
 		st, err := audit.Status(ctx, audit.StatusOptions{Repo: f.Repo})
 		require.NoError(t, err)
 		require.Len(t, st.Runs, 3)
@@ -170,6 +178,17 @@ func TestAuditFiring(t *testing.T) {
 			fired = append(fired, fd.Run)
 		}
 		assert.ElementsMatch(t, []string{"pool-1", "pool-2"}, fired, "%v", rep.Findings)
+	})
+
+	t.Run("firing with another copy of its standing certification", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		resign(t, c, fir2, f.Reconciler, func(pred map[string]any) {
+			pred["standingObject"].(map[string]any)["spec"].(map[string]any)["budget"] = map[string]any{"maxNodes": 5}
+		})
+		rep := auditCopy(t, c)
+		got := findingsAt(rep, audit.RuleDigestBinding, fir2)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, "standingObject")
 	})
 
 	t.Run("admission names another firing", func(t *testing.T) {

@@ -269,7 +269,7 @@ func (w *writer) fire(ctx context.Context, run string, now time.Time) (*evidence
 	dir := evidence.RunDir(w.cluster, run, now)
 	apF := evidence.File{Path: evidence.ApprovalPath(dir, "standing.json"), Data: w.approval}
 	st := evidence.ObjectRef{Kind: w.standing.Kind, Name: w.standing.Name, Digest: w.standing.Digest}
-	fr := evidence.Firing{Cluster: w.cluster, Run: run, Standing: st, Sequence: seq, FiredAt: now, Tip: w.store.Tip(),
+	fr := evidence.Firing{Cluster: w.cluster, Run: run, Standing: st, StandingObject: *w.standing.Standing, Sequence: seq, FiredAt: now, Tip: w.store.Tip(),
 		Approvals: []evidence.FileRef{ref(apF)},
 		Pool:      []evidence.PoolNode{{Node: w.node, UID: w.uid()}}, InUse: []string{},
 		Chosen: []evidence.ChosenNode{{Node: w.node, UID: w.uid(),

@@ -136,3 +136,14 @@ func FiringSequence(name, run string) (int64, bool) {
 	n, err := strconv.ParseInt(run[len(name)+1:], 10, 64)
 	return n, err == nil
 }
+
+// Nodes is the budget in nodes for a pool of size nodes: MaxNodes, or
+// MaxPercent of size rounded down (0 when that rounds to 0: never fire
+// rather than exceed what was allowed). The reconciler decides with it and
+// the audit checks every firing with it.
+func (b Budget) Nodes(size int) int {
+	if b.MaxNodes > 0 {
+		return b.MaxNodes
+	}
+	return b.MaxPercent * size / 100
+}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -48,6 +50,8 @@ func (r *runAudit) checkFiring() {
 		r.add(RuleDigestBinding, rel, "standingObject: "+err.Error())
 	}
 	r.subjectsMatch(rel, r.firFile, []signing.Subject{signing.SubjectFor(fr.Standing.Subject(), fr.Standing.Digest)})
+	r.checkFiringTip(&fr)
+	r.checkFiringBudget(&fr)
 	approvals := r.approvals(rel, fr.Approvals)
 	d := r.a.policy.Decide(fr.Standing.Subject(), fr.Standing.Digest, approvals, r.cluster, fr.FiredAt)
 	if !d.Approved {
@@ -117,5 +121,62 @@ func (r *runAudit) checkFiringAdmission() {
 	slices.Sort(admitted)
 	if !slices.Equal(chosen, admitted) {
 		r.add(RuleFiringAdmission, rel, fmt.Sprintf("admits %s, but the firing chose %s", strings.Join(admitted, ", "), strings.Join(chosen, ", ")))
+	}
+}
+
+// checkFiringTip: the firing landed as a child of the tip it was decided
+// from (rule firing-tip): the store appends a firing only by strict
+// compare-and-swap on that tip, so a firing on another parent was decided
+// on a branch that had moved, and its budget and due reasons are unproven.
+func (r *runAudit) checkFiringTip(fr *evidence.Firing) {
+	parent := r.a.parentOf(r.firFile.landed)
+	if parent.String() == fr.Tip || parent.IsZero() && fr.Tip == "" {
+		return
+	}
+	r.add(RuleFiringTip, evidence.FiringFile, fmt.Sprintf("decided from tip %q, but landed in commit %s on %s: a firing is appended only as a child of the tip it was decided from",
+		fr.Tip, shortHash(r.firFile.landed.hash.String()), parent))
+}
+
+// parentOf is the first parent of first-parent commit c, zero for the
+// first commit of the branch.
+func (a *auditor) parentOf(c *commitInfo) plumbing.Hash {
+	switch i := c.index - 1; {
+	case i < 0:
+		return a.older // zero unless only a run directory's history was read
+	case i < len(a.baseCommits):
+		return a.baseCommits[i].hash
+	default:
+		return a.commits[i-len(a.baseCommits)].hash
+	}
+}
+
+// checkFiringBudget holds a firing to its own arithmetic (rule
+// budget-exceeded): every in-use and chosen node is a pool node (chosen
+// ones with the pool's UID), no node is chosen twice or both in use and
+// chosen, and in use plus chosen is at most the standing certification's
+// budget for the recorded pool size. Whether the recorded in-use nodes are
+// those the branch held at the firing's tip is not checked yet.
+func (r *runAudit) checkFiringBudget(fr *evidence.Firing) {
+	const rel = evidence.FiringFile
+	pool := map[string]string{}
+	for _, p := range fr.Pool {
+		pool[p.Node] = p.UID
+	}
+	taken := map[string]bool{}
+	for _, n := range fr.InUse {
+		if _, ok := pool[n]; !ok || taken[n] {
+			r.add(RuleBudgetExceeded, rel, fmt.Sprintf("in-use node %q is not a pool node or is listed twice", n))
+		}
+		taken[n] = true
+	}
+	for _, c := range fr.Chosen {
+		if uid, ok := pool[c.Node]; !ok || uid != c.UID || taken[c.Node] {
+			r.add(RuleBudgetExceeded, rel, fmt.Sprintf("chosen node %q (uid %q) is not a pool node with that UID, or is already in use or chosen: the budget does not count it", c.Node, c.UID))
+		}
+		taken[c.Node] = true
+	}
+	allowed := fr.StandingObject.Spec.Budget.Nodes(len(fr.Pool))
+	if len(fr.InUse)+len(fr.Chosen) > allowed {
+		r.add(RuleBudgetExceeded, rel, fmt.Sprintf("%d nodes in use and %d chosen, but the budget allows %d of a pool of %d", len(fr.InUse), len(fr.Chosen), allowed, len(fr.Pool)))
 	}
 }

@@ -191,6 +191,36 @@ func TestAuditFiring(t *testing.T) {
 		assert.Contains(t, got[0].Message, "standingObject")
 	})
 
+	t.Run("firing decided from another tip", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		resign(t, c, fir2, f.Reconciler, func(pred map[string]any) { pred["tip"] = strings.Repeat("a", 40) })
+		rep := auditCopy(t, c)
+		assert.Len(t, findingsAt(rep, audit.RuleFiringTip, fir2), 1, "%v", rep.Findings)
+	})
+
+	t.Run("firing over its budget", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		resign(t, c, fir2, f.Reconciler, func(pred map[string]any) {
+			pred["pool"] = append(pred["pool"].([]any), map[string]any{"node": "gpu-2", "uid": "uid-gpu-2"})
+			pred["inUse"] = []any{"gpu-2"}
+		})
+		rep := auditCopy(t, c)
+		got := findingsAt(rep, audit.RuleBudgetExceeded, fir2)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, "1 nodes in use and 1 chosen, but the budget allows 1 of a pool of 2")
+	})
+
+	t.Run("firing of a node outside its pool", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		resign(t, c, fir2, f.Reconciler, func(pred map[string]any) {
+			pred["chosen"].([]any)[0].(map[string]any)["node"] = "gpu-9"
+		})
+		rep := auditCopy(t, c)
+		got := findingsAt(rep, audit.RuleBudgetExceeded, fir2)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, `"gpu-9"`)
+	})
+
 	t.Run("admission names another firing", func(t *testing.T) {
 		c, _, adm1, _ := clone(t)
 		resign(t, c, adm1, f.Reconciler, func(pred map[string]any) {

@@ -84,6 +84,13 @@ const (
 	// RuleFiringAdmission: the admission of a fired run does not name its
 	// firing record, or admits other nodes than the firing chose.
 	RuleFiringAdmission = "firing-admission"
+	// RuleFiringTip: a firing record did not land as a child of the tip
+	// it says it was decided from (the strict compare-and-swap).
+	RuleFiringTip = "firing-tip"
+	// RuleBudgetExceeded: a firing takes more nodes than its standing
+	// certification's budget allows for its recorded pool, or takes nodes
+	// its pool and in-use lists do not count.
+	RuleBudgetExceeded = "budget-exceeded"
 	// RuleRevocationAnchor: a key's revokedAfterCommit names a commit that
 	// is not on the audited first-parent history; the key's signatures
 	// then count nowhere on the branch.

@@ -158,15 +158,9 @@ func Decide(spec specs.StandingSpec, minNodes int, pool []Node, now time.Time) D
 	return d
 }
 
-// Allowed is the budget in nodes for a pool of size nodes: MaxNodes, or
-// MaxPercent of size rounded down (0 when that rounds to 0: never fire
-// rather than exceed what was allowed).
-func Allowed(b specs.Budget, size int) int {
-	if b.MaxNodes > 0 {
-		return b.MaxNodes
-	}
-	return b.MaxPercent * size / 100
-}
+// Allowed is the budget in nodes for a pool of size nodes
+// (specs.Budget.Nodes, which the audit checks firings with).
+func Allowed(b specs.Budget, size int) int { return b.Nodes(size) }
 
 // dueOf returns why n is due at now, or nil and when it becomes due by time
 // alone (zero when never).

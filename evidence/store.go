@@ -356,9 +356,9 @@ func (e *StaleTipError) Error() string {
 		base = "no branch"
 	}
 	if e.Path != "" {
-		return fmt.Sprintf("evidence: %s already exists on the evidence branch at %s (decided from %s): another writer won the race", e.Path, e.Tip, base)
+		return fmt.Sprintf("%v: %s, at %s (decided from %s): another writer won the race", ErrExists, e.Path, e.Tip, base)
 	}
-	return fmt.Sprintf("evidence: the evidence branch moved from %s to %s since the decision", base, e.Tip)
+	return fmt.Sprintf("%v: decided from %s, the branch is at %s", ErrTipMoved, base, e.Tip)
 }
 
 // Unwrap returns ErrExists or ErrTipMoved.

@@ -41,8 +41,8 @@ func (r *runAudit) checkFiring() {
 	if want := evidence.RunDir(r.cluster, r.id, fr.FiredAt); want != r.dir {
 		r.add(RuleLayout, rel, fmt.Sprintf("fired at %s, so the run belongs in %s", fr.FiredAt.UTC().Format(time.RFC3339), want))
 	}
-	if fr.Standing.Kind != specs.KindStanding || specs.FiringRunID(fr.Standing.Name, fr.Sequence) != r.id {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("firing %d of %s is not run %s", fr.Sequence, fr.Standing.Subject(), r.id))
+	if fr.Standing.Kind != specs.KindStanding || fr.StandingObject.Metadata.Name != fr.Standing.Name || specs.FiringRunID(fr.Standing.Name, fr.Sequence) != r.id {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("firing %d of %s (a copy of %q) is not run %s", fr.Sequence, fr.Standing.Subject(), fr.StandingObject.Metadata.Name, r.id))
 	}
 	if c, err := specs.CanonicalStanding(&fr.StandingObject); err == nil {
 		r.bindValue(rel, "standingObject", fr.Standing.Digest, specs.DigestOf(c))

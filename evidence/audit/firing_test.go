@@ -221,6 +221,15 @@ func TestAuditFiring(t *testing.T) {
 		assert.Contains(t, got[0].Message, `"gpu-9"`)
 	})
 
+	t.Run("firing that names another run", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		resign(t, c, fir2, f.Reconciler, func(pred map[string]any) { pred["sequence"] = 7 })
+		rep := auditCopy(t, c)
+		got := findingsAt(rep, audit.RuleDigestBinding, fir2)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, "firing 7 of StandingCertification/pool")
+	})
+
 	t.Run("admission names another firing", func(t *testing.T) {
 		c, _, adm1, _ := clone(t)
 		resign(t, c, adm1, f.Reconciler, func(pred map[string]any) {

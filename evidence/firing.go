@@ -2,10 +2,13 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
 	"time"
+
+	"signet.dev/signet/specs"
 )
 
 // FiringPath is the firing record of run, fired at firedAt, in cluster:
@@ -33,4 +36,47 @@ func (s *Store) AppendFiring(ctx context.Context, base, cluster, run string, fir
 		files = append(files, f)
 	}
 	return s.AppendAt(ctx, fmt.Sprintf("%s: firing", run), base, files)
+}
+
+// NextFiringSequence returns the sequence number of the next firing of
+// standing certification name in cluster, and the tip it read (the base
+// for AppendFiring): one more than the highest firing whose index entry is
+// on the tip the store last fetched or pushed, 1 when there is none.
+// Sequences are dense (each firing is appended create-only as the next),
+// so it finds the highest by doubling and then bisecting, O(log n)
+// lookups, without listing the index's shards.
+func (s *Store) NextFiringSequence(ctx context.Context, cluster, name string) (int64, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exists := func(seq int64) (bool, error) {
+		_, err := s.lookup(IndexPath(cluster, specs.FiringRunID(name, seq)))
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	lo, hi := int64(0), int64(1) // lo exists (or is 0); hi is probed
+	for {
+		ok, err := exists(hi)
+		if err != nil {
+			return 0, "", err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := exists(mid)
+		if err != nil {
+			return 0, "", err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo + 1, hashText(s.tip), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/specs"
 )
 
 // firingFiles is what AppendFiring writes for run: its index entry, its
@@ -144,4 +145,33 @@ func TestAppendAtFirstUse(t *testing.T) {
 	assert.Equal(t, c, gittest.Git(t, remote, "rev-parse", "signet/evidence"))
 	_, err = a.AppendFiring(t.Context(), c, "prod", "pool-a-2", day, []byte("f"), []File{{Path: "runs/prod/elsewhere", Data: []byte("x")}})
 	require.ErrorIs(t, err, ErrInvalidPath)
+}
+
+// TestNextFiringSequence: the next firing's number is one more than the
+// highest on the tip, for each standing certification on its own, read
+// with the tip it was read from; on a branch not yet created it is 1.
+func TestNextFiringSequence(t *testing.T) {
+	signer, _ := testSigner(t)
+	s := openStore(t, testOptions(t, bareRemote(t), signer))
+	seq, tip, err := s.NextFiringSequence(t.Context(), "prod", "pool-a")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seq)
+	assert.Empty(t, tip)
+	for want := int64(1); want <= 11; want++ {
+		seq, tip, err := s.NextFiringSequence(t.Context(), "prod", "pool-a")
+		require.NoError(t, err)
+		require.Equal(t, want, seq)
+		require.Equal(t, s.Tip(), tip)
+		_, err = appendFiring(s, t, tip, specs.FiringRunID("pool-a", seq), "a")
+		require.NoError(t, err)
+		seq, _, err = s.NextFiringSequence(t.Context(), "prod", "pool-a")
+		require.NoError(t, err)
+		assert.Equal(t, want+1, seq)
+	}
+	seq, _, err = s.NextFiringSequence(t.Context(), "prod", "pool")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seq, "pool-a's firings are not pool's")
+	seq, _, err = s.NextFiringSequence(t.Context(), "other", "pool-a")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seq, "nor another cluster's")
 }

@@ -300,6 +300,7 @@ func (a *auditor) checkAll() {
 		r.findings = nil
 	}
 	a.checkIndex(runs)
+	a.checkFiringSequences(runs)
 	a.checkCopies()
 	a.checkChains()
 	for _, r := range a.runs {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -178,5 +179,55 @@ func (r *runAudit) checkFiringBudget(fr *evidence.Firing) {
 	allowed := fr.StandingObject.Spec.Budget.Nodes(len(fr.Pool))
 	if len(fr.InUse)+len(fr.Chosen) > allowed {
 		r.add(RuleBudgetExceeded, rel, fmt.Sprintf("%d nodes in use and %d chosen, but the budget allows %d of a pool of %d", len(fr.InUse), len(fr.Chosen), allowed, len(fr.Pool)))
+	}
+}
+
+// checkFiringSequences: the firings of each standing certification of a
+// cluster are numbered 1, 2, … without a gap, each landing in a later
+// commit than the one before it (rule firing-sequence). The writer appends
+// firing n+1 only on a tip that holds firing n (NextFiringSequence,
+// AppendFiring), so a gap or a firing out of order was not written by that
+// protocol. It reads only which run directories hold a firing.json and
+// where it landed, which a checkpoint keeps.
+func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
+	type standing struct{ cluster, name string }
+	firings := map[standing]map[int64]*runAudit{}
+	var fired []*runAudit
+	for _, r := range runs {
+		i := strings.LastIndexByte(r.id, '-')
+		if r.files[evidence.FiringFile] == nil || i <= 0 {
+			continue
+		}
+		seq, ok := specs.FiringSequence(r.id[:i], r.id)
+		if !ok {
+			continue // checkFiring reports a firing that is not its run's
+		}
+		k := standing{r.cluster, r.id[:i]}
+		if firings[k] == nil {
+			firings[k] = map[int64]*runAudit{}
+		}
+		firings[k][seq] = r
+		fired = append(fired, r)
+	}
+	sort.Slice(fired, func(i, j int) bool { return fired[i].dir < fired[j].dir })
+	for _, r := range fired {
+		i := strings.LastIndexByte(r.id, '-')
+		name := r.id[:i]
+		seq, _ := specs.FiringSequence(name, r.id)
+		if seq == 1 {
+			continue
+		}
+		f := r.files[evidence.FiringFile]
+		fail := func(msg string) {
+			a.add(Finding{Rule: RuleFiringSequence, Cluster: r.cluster, Run: r.id, Path: path.Join(r.dir, evidence.FiringFile), Commit: f.landed.hash.String(), Message: msg})
+		}
+		prev := firings[standing{r.cluster, name}][seq-1]
+		switch {
+		case prev == nil:
+			fail(fmt.Sprintf("firing %d of %s in cluster %s, but there is no firing %d: firings are numbered without a gap", seq, name, r.cluster, seq-1))
+		case f.landed.index <= prev.files[evidence.FiringFile].landed.index:
+			fail(fmt.Sprintf("landed in commit %s, not after firing %d (%s): a firing is appended only on a tip holding the one before",
+				shortHash(f.landed.hash.String()), seq-1, shortHash(prev.files[evidence.FiringFile].landed.hash.String())))
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package audit_test
 
 import (
+	"fmt"
+	"maps"
 	"path"
 	"path/filepath"
 	"strings"
@@ -228,6 +230,61 @@ func TestAuditFiring(t *testing.T) {
 		got := findingsAt(rep, audit.RuleDigestBinding, fir2)
 		require.Len(t, got, 1, "%v", rep.Findings)
 		assert.Contains(t, got[0].Message, "firing 7 of StandingCertification/pool")
+	})
+
+	// forge returns pool-2's firing re-signed as firing seq (run
+	// pool-<seq>) and the files that add it with its index entry.
+	forge := func(t *testing.T, c *evidencetest.Copy, fir2 string, seq int) (string, map[string][]byte) {
+		b, err := c.Read(tip, fir2)
+		require.NoError(t, err)
+		run := fmt.Sprintf("pool-%d", seq)
+		var firedAt time.Time
+		forged, err := evidencetest.Resign(b, f.Reconciler, func(pred map[string]any) {
+			pred["run"], pred["sequence"] = run, seq
+			firedAt, err = time.Parse(time.RFC3339Nano, pred["firedAt"].(string))
+			require.NoError(t, err)
+		})
+		require.NoError(t, err)
+		idx := evidence.IndexEntry(evidencetest.Cluster, run, firedAt)
+		p := evidence.FiringPath(evidencetest.Cluster, run, firedAt)
+		return p, map[string][]byte{p: forged, idx.Path: idx.Data}
+	}
+
+	t.Run("firing after a gap in the sequence", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		auditor := newKey(t)
+		policy := checkpointPolicy(t, f, auditor, time.Time{}, "")
+		clean, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy, CheckpointKey: auditor})
+		require.NoError(t, err)
+		require.True(t, clean.Clean(), "%v", clean.Findings)
+		p, files := forge(t, c, fir2, 5)
+		_, err = c.Append(files)
+		require.NoError(t, err)
+		rep, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy})
+		require.NoError(t, err)
+		got := findings(rep, audit.RuleFiringSequence)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Equal(t, p, got[0].Path)
+		assert.Contains(t, got[0].Message, "no firing 4")
+		// An incremental audit from the clean checkpoint, which holds
+		// pool-1 and pool-2 only as restored state, agrees.
+		inc, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: clean.Checkpoint, CheckpointName: "checkpoint.json"})
+		require.NoError(t, err)
+		assert.Equal(t, rep.Findings, inc.Findings)
+	})
+
+	t.Run("two firings in one commit", func(t *testing.T) {
+		c, _, _, fir2 := clone(t)
+		_, files := forge(t, c, fir2, 3)
+		p4, more := forge(t, c, fir2, 4)
+		maps.Copy(files, more)
+		_, err := c.Append(files)
+		require.NoError(t, err)
+		rep := auditCopy(t, c)
+		got := findings(rep, audit.RuleFiringSequence)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Equal(t, p4, got[0].Path)
+		assert.Contains(t, got[0].Message, "not after firing 3")
 	})
 
 	t.Run("admission names another firing", func(t *testing.T) {

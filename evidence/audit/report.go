@@ -87,6 +87,9 @@ const (
 	// RuleFiringTip: a firing record did not land as a child of the tip
 	// it says it was decided from (the strict compare-and-swap).
 	RuleFiringTip = "firing-tip"
+	// RuleFiringSequence: a standing certification's firings are not
+	// numbered 1, 2, … without a gap, each landing after the one before.
+	RuleFiringSequence = "firing-sequence"
 	// RuleBudgetExceeded: a firing takes more nodes than its standing
 	// certification's budget allows for its recorded pool, or takes nodes
 	// its pool and in-use lists do not count.

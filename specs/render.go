@@ -240,10 +240,17 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 		}
 		r.Findings = append(r.Findings, validateProfile(o, info)...)
 	}
+	var standings []string
+	for _, o := range r.Objects {
+		if o.Standing != nil {
+			standings = append(standings, o.Name)
+		}
+	}
 	for _, o := range r.Objects {
 		switch {
 		case o.Request != nil:
 			r.Findings = append(r.Findings, validateRequest(o, profiles, broken)...)
+			r.Findings = append(r.Findings, requestNotFiring(o, standings)...)
 		case o.Standing != nil:
 			r.Findings = append(r.Findings, validateStanding(o, profiles, broken)...)
 		}

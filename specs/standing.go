@@ -147,3 +147,17 @@ func (b Budget) Nodes(size int) int {
 	}
 	return b.MaxPercent * size / 100
 }
+
+// requestNotFiring reports a request whose name is the run ID of a firing
+// of one of standings (FiringRunID): the request's run and that firing
+// would collide on the run-ID index, and the standing certification could
+// never fire that sequence number.
+func requestNotFiring(o *Object, standings []string) []Finding {
+	r := &reporter{src: o.Source, pos: o.positions}
+	for _, name := range standings {
+		if seq, ok := FiringSequence(name, o.Name); ok {
+			r.addf("metadata.name", "%q is the run ID of firing %d of %s: a request may not take a standing certification's run ID", o.Name, seq, SubjectName(KindStanding, name, ""))
+		}
+	}
+	return r.findings
+}

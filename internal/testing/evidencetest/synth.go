@@ -34,8 +34,9 @@ type Run struct {
 	FiredOnly bool
 }
 
-// Standing is the name of the standing certification of Fired runs: pool
-// "localhost", one node per run, budget one node.
+// Standing is the name of the standing certification of Fired runs: the
+// pool is node localhost (the profile is local), one node per run, budget
+// one node.
 const Standing = "pool"
 
 // Build writes a fixture under dir whose evidence branch holds runs
@@ -66,7 +67,7 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	}
 	canceled := map[string]bool{}
 	if slices.ContainsFunc(runs, func(r Run) bool { return r.Fired || r.FiredOnly }) {
-		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  selector: {pool: localhost}\n  nodesPerRun: 1\n  every: 24h\n  budget: {maxNodes: 1}\n", Standing)
+		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n  nodesPerRun: 1\n  every: 24h\n  budget: {maxNodes: 1}\n", Standing)
 	}
 	for _, r := range runs {
 		if r.FiredOnly {

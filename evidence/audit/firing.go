@@ -53,6 +53,7 @@ func (r *runAudit) checkFiring() {
 	r.subjectsMatch(rel, r.firFile, []signing.Subject{signing.SubjectFor(fr.Standing.Subject(), fr.Standing.Digest)})
 	r.checkFiringTip(&fr)
 	r.checkFiringBudget(&fr)
+	r.checkFiringReasons(&fr)
 	approvals := r.approvals(rel, fr.Approvals)
 	d := r.a.policy.Decide(fr.Standing.Subject(), fr.Standing.Digest, approvals, r.cluster, fr.FiredAt)
 	if !d.Approved {
@@ -228,6 +229,36 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 		case f.landed.index <= prev.files[evidence.FiringFile].landed.index:
 			fail(fmt.Sprintf("landed in commit %s, not after firing %d (%s): a firing is appended only on a tip holding the one before",
 				shortHash(f.landed.hash.String()), seq-1, shortHash(prev.files[evidence.FiringFile].landed.hash.String())))
+		}
+	}
+}
+
+// checkFiringReasons holds each chosen node's due reason to the standing
+// certification it fired (rule firing-trigger-unproven), as Decide gives
+// reasons: joined needs the joined trigger or every, and names no run;
+// schedule needs every, expiry beforeExpiry, identity and expired their
+// triggers, and each of these names the earlier run it refers to (not
+// this one). That the named run shows the reason (its end time, its
+// certification's expiry, its snapshot) is not checked yet: it needs the
+// other run's documents.
+func (r *runAudit) checkFiringReasons(fr *evidence.Firing) {
+	spec := fr.StandingObject.Spec
+	enabled := map[string]bool{
+		evidence.DueJoined:   slices.Contains(spec.Triggers, specs.TriggerJoined) || spec.Every != "",
+		evidence.DueSchedule: spec.Every != "",
+		evidence.DueExpiry:   spec.BeforeExpiry != "",
+		evidence.DueIdentity: slices.Contains(spec.Triggers, specs.TriggerIdentity),
+		evidence.DueExpired:  slices.Contains(spec.Triggers, specs.TriggerExpired),
+	}
+	for i, c := range fr.Chosen {
+		k := c.Reason.Kind
+		switch {
+		case !enabled[k]:
+			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q is not one %s fires on", i, c.Node, k, fr.Standing.Subject()))
+		case (k == evidence.DueJoined) != (c.Reason.Run == ""):
+			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q names run %q: joined names none, every other reason the earlier run it refers to", i, c.Node, k, c.Reason.Run))
+		case c.Reason.Run == r.id:
+			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q refers to this run itself", i, c.Node, k))
 		}
 	}
 }

@@ -287,6 +287,20 @@ func TestAuditFiring(t *testing.T) {
 		assert.Contains(t, got[0].Message, "not after firing 3")
 	})
 
+	for name, reason := range map[string]map[string]any{
+		"firing for a trigger its standing certification lacks": {"kind": "identity", "run": "run-a", "detail": "bootID changed"},
+		"firing for a schedule naming no run":                   {"kind": "schedule", "detail": "ended long ago"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _, _, fir2 := clone(t)
+			resign(t, c, fir2, f.Reconciler, func(pred map[string]any) {
+				pred["chosen"].([]any)[0].(map[string]any)["reason"] = reason
+			})
+			rep := auditCopy(t, c)
+			assert.Len(t, findingsAt(rep, audit.RuleFiringTriggerUnproven, fir2), 1, "%v", rep.Findings)
+		})
+	}
+
 	t.Run("admission names another firing", func(t *testing.T) {
 		c, _, adm1, _ := clone(t)
 		resign(t, c, adm1, f.Reconciler, func(pred map[string]any) {

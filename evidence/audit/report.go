@@ -90,6 +90,10 @@ const (
 	// RuleFiringSequence: a standing certification's firings are not
 	// numbered 1, 2, … without a gap, each landing after the one before.
 	RuleFiringSequence = "firing-sequence"
+	// RuleFiringTriggerUnproven: a firing chose a node for a due reason
+	// its standing certification does not fire on, or a reason that does
+	// not name the run it refers to.
+	RuleFiringTriggerUnproven = "firing-trigger-unproven"
 	// RuleBudgetExceeded: a firing takes more nodes than its standing
 	// certification's budget allows for its recorded pool, or takes nodes
 	// its pool and in-use lists do not count.

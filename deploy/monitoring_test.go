@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -14,7 +17,8 @@ import (
 // TestMonitoringComponent builds an overlay of deploy/base with the
 // deploy/monitoring component, as docs/deploy.md says to, and finds the
 // PrometheusRule and the Grafana dashboard's ConfigMap (labelled for the
-// dashboard sidecar, holding dashboards/signet.json byte for byte) in it.
+// dashboard sidecar, holding dashboards/signet.json byte for byte) in it,
+// and checks that its ServiceMonitor scrapes the base's metrics Service.
 // Which metrics their queries name is checked against a real daemon's
 // /metrics by TestMetrics in cmd/signet.
 func TestMonitoringComponent(t *testing.T) {
@@ -35,7 +39,13 @@ func TestMonitoringComponent(t *testing.T) {
 	dashboard, err := os.ReadFile("monitoring/dashboards/signet.json")
 	require.NoError(t, err)
 	var rule, cm bool
+	var objs []*unstructured.Unstructured
 	for _, r := range res.Resources() {
+		b, err := r.MarshalJSON()
+		require.NoError(t, err)
+		u := &unstructured.Unstructured{}
+		require.NoError(t, u.UnmarshalJSON(b))
+		objs = append(objs, u)
 		switch {
 		case r.GetKind() == "PrometheusRule" && r.GetName() == "signet-reconciler":
 			rule = true
@@ -49,4 +59,21 @@ func TestMonitoringComponent(t *testing.T) {
 	}
 	assert.True(t, rule, "no PrometheusRule signet-reconciler")
 	assert.True(t, cm, "no ConfigMap signet-grafana-dashboard")
+
+	// The ServiceMonitor scrapes the metrics Service: its selector matches
+	// the Service's labels in the Service's namespace and its endpoints
+	// name the Service's port (no CRD schema of the Prometheus Operator is
+	// vendored, so this is structural).
+	svc := metricsService(t, objs)
+	var sm serviceMonitor
+	decode(t, find(t, objs, "ServiceMonitor", systemNS, "signet-reconciler"), &sm)
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	require.NoError(t, err)
+	assert.False(t, sel.Empty(), "the ServiceMonitor selects every Service")
+	assert.True(t, sel.Matches(labels.Set(svc.Labels)), "ServiceMonitor selector %s does not match Service labels %v", sel, svc.Labels)
+	assert.Equal(t, []string{svc.Namespace}, sm.Spec.NamespaceSelector.MatchNames)
+	require.NotEmpty(t, sm.Spec.Endpoints)
+	for _, e := range sm.Spec.Endpoints {
+		assert.Equal(t, svc.Spec.Ports[0].Name, e.Port, "ServiceMonitor endpoint port")
+	}
 }

@@ -22,7 +22,7 @@ export GIT_COMMITTER_NAME="signet demo" GIT_COMMITTER_EMAIL=demo@signet.invalid
 step() { printf '\n== %s\n' "$*"; }
 
 step "validate the example spec repository"
-"$SIGNET" validate "$ROOT/examples/spec-repo"
+"$SIGNET" validate --repo "$ROOT/examples/spec-repo"
 
 step "keys: an approver (certification owner) and the reconciler"
 approver=$("$SIGNET" keygen --out approver | head -n1)
@@ -60,12 +60,12 @@ git -C spec commit -q -m "Add signet example specs"
 git -C spec log --oneline
 
 step "approve the local profile and request (signet sign), as a reviewed PR would"
-"$SIGNET" sign spec --key approver.key \
+"$SIGNET" sign --repo spec --key approver.key \
   --object CertificationProfile/local-smoke \
   --object CertificationRequest/local-smoke-localhost
 git -C spec add -A
 git -C spec commit -q -m "Approve local-smoke"
-"$SIGNET" approvals spec --trust trust.yaml --cluster demo || true
+"$SIGNET" approvals --repo spec --trust trust.yaml --cluster demo || true
 
 step "run the local request: admission, checks, evidence, receipt"
 set +e

@@ -57,7 +57,7 @@ func (r *Reconciler) askReport() {
 }
 
 // writeReport audits the evidence branch and writes its report to
-// report.dir (only the files whose bytes change).
+// report.dir as a new generation, switched in whole (report.Build).
 func (r *Reconciler) writeReport(ctx context.Context) error {
 	policy, err := r.loadPolicy()
 	if err != nil {
@@ -72,10 +72,12 @@ func (r *Reconciler) writeReport(ctx context.Context) error {
 	return nil
 }
 
-// reportFiles serves the report in dir read-only at /report/ (the index
-// at /report/): only regular files, opened through an os.Root of dir, so
-// no path, "..", or symbolic link reaches outside it; a directory is 404,
-// never listed. Before the first report is written it answers 503.
+// reportFiles serves the report in dir read-only at /report/ (the entry
+// index at /report/, whose <base> leads into the generation it belongs
+// to, gens/<id>/, so a reader's pages are all of one generation): only
+// regular files, opened through an os.Root of dir, so no path, "..", or
+// symbolic link reaches outside it; a directory is 404, never listed.
+// Before the first report is written it answers 503.
 func reportFiles(dir string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		name := strings.TrimPrefix(req.URL.Path, "/report/")
@@ -104,6 +106,14 @@ func reportFiles(dir string) http.Handler {
 			return
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if strings.HasPrefix(name, report.GenerationsDir+"/") {
+			// A generation never changes once switched in.
+			w.Header().Set("Cache-Control", "public, max-age=86400, immutable")
+		} else {
+			// The entry leads into the current generation: never
+			// reuse it without asking.
+			w.Header().Set("Cache-Control", "no-cache")
+		}
 		http.ServeContent(w, req, name, st.ModTime(), f)
 	})
 }

@@ -13,7 +13,6 @@ import (
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/report"
-	"signet.dev/signet/signing"
 )
 
 // benchReportRuns is the branch size of BenchmarkReport;
@@ -29,7 +28,9 @@ func benchReportRuns(b *testing.B) int {
 
 // BenchmarkReport measures signet report on a synthetic branch of N runs
 // (4 checks each, one commit per lifecycle step, as the reconciler
-// writes them), read from a packed clone as an auditor would:
+// writes them; evidencetest.SynthesizeCached, written once per size and
+// generator under the system temporary directory), read from a packed
+// clone as an auditor would:
 //
 //   - full: the report of N+1 runs into an empty directory;
 //   - incremental: the report of N+1 runs into the directory holding the
@@ -41,13 +42,11 @@ func benchReportRuns(b *testing.B) int {
 // Metrics: the mean of each in ms, incremental/full and full/audit.
 func BenchmarkReport(b *testing.B) {
 	ctx := b.Context()
-	key, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
-	require.NoError(b, err)
-	approver, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
-	require.NoError(b, err)
 	n := benchReportRuns(b)
-	s, err := evidencetest.Synthesize(ctx, b.TempDir(), n+1, 4, key, approver)
+	t0 := time.Now()
+	s, err := evidencetest.SynthesizeCached(ctx, n+1, 4)
 	require.NoError(b, err)
+	b.Logf("synthetic branch of %d runs at %s (%s)", n+1, s.Remote, time.Since(t0).Round(time.Millisecond))
 	repo := filepath.Join(b.TempDir(), "clone.git")
 	_, err = evidencetest.Git("", nil, "clone", "-q", "--bare", "--no-local", s.Remote, repo)
 	require.NoError(b, err)

@@ -268,7 +268,7 @@ func TestReportInBrowser(t *testing.T) {
 			{"runs/beta/error-1.html", "diag", "Error", "exit code 0 with no result"},
 			{"runs/gamma/cancel-1.html", "nccl", "Canceled", "canceled: sent SIGTERM"},
 		} {
-			b.run(chromedp.Navigate(fileURL(filepath.Join(out, c.page))), chromedp.WaitReady(chromedp.CSS("#matrix")))
+			b.run(chromedp.Navigate(fileURL(filepath.Join(res.Dir, c.page))), chromedp.WaitReady(chromedp.CSS("#matrix")))
 			sel := fmt.Sprintf(`#matrix td[data-check=%q]`, c.check)
 			assert.Equal(t, c.verdict, strings.TrimSpace(b.text(sel+" summary")), c.page)
 			b.run(chromedp.Click(chromedp.CSS(sel + " summary")))
@@ -329,11 +329,11 @@ func TestReportInBrowser(t *testing.T) {
 		assert.NotContains(t, b.text("h1"), "Pass")
 		assert.Contains(t, b.text("table.findings"), audit.RuleRunSummary)
 		// The other runs are untouched and still shown.
-		b.run(chromedp.Navigate(fileURL(filepath.Join(tout, "runs/alpha/pass-1.html"))), chromedp.WaitReady(chromedp.CSS("#matrix")))
+		b.run(chromedp.Navigate(fileURL(filepath.Join(tres.Dir, "runs/alpha/pass-1.html"))), chromedp.WaitReady(chromedp.CSS("#matrix")))
 		assert.Contains(t, b.text("h1"), "Pass")
 		b.check(tout)
 		var m struct{ Files map[string]string }
-		mb, err := os.ReadFile(filepath.Join(tout, report.ManifestFile))
+		mb, err := os.ReadFile(filepath.Join(tres.Dir, report.ManifestFile))
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(mb, &m))
 		assert.Contains(t, m.Files, "runs/alpha/fail-1.html")

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"signet.dev/signet/evidence"
@@ -54,8 +56,11 @@ type Options struct {
 
 // Result says what Build did.
 type Result struct {
-	// Index is the path of the report's first page.
+	// Index is the path of the report's entry page (index.html in
+	// Options.Out, leading into the generation written).
 	Index string
+	// Dir is the generation directory that holds the pages.
+	Dir string
 	// Pages is the number of files of the report; Written those whose
 	// bytes changed (or were new), Removed those of an earlier report
 	// that this one no longer has.
@@ -66,8 +71,10 @@ type Result struct {
 	Audit *audit.Report
 }
 
-// Build audits the branch and writes its report to opts.Out: only files
-// whose bytes differ from what is there, then the manifest. An error
+// Build audits the branch and writes its report to opts.Out as a new
+// generation (see GenerationsDir): pages whose bytes equal the current
+// generation's are linked to them, the others written, and the new one
+// switched in whole. An error
 // means the branch could not be read or the directory written; findings
 // are part of the report, not errors.
 func Build(ctx context.Context, opts Options) (*Result, error) {
@@ -110,73 +117,242 @@ type manifest struct {
 	Files map[string]specs.Digest `json:"files"`
 }
 
-// write puts pages under dir, writing a file only when its bytes differ,
-// removing the files the previous manifest lists that pages lacks, and
-// then the new manifest.
+// The layout of the output directory. Every report is a generation: a
+// directory gens/<id> written whole under a temporary name and renamed
+// in, never changed after (id is the first 16 hex of the digest of its
+// manifest, so the same pages are the same generation). The symbolic
+// link current names the latest; index.html, the entry, is the latest
+// generation's index with a <base> into it, so that a reader who opened
+// it follows links inside that one generation even while a later one is
+// switched in. The previous generation is kept until the next report,
+// for readers still inside it.
+const (
+	// GenerationsDir holds the generations.
+	GenerationsDir = "gens"
+	// CurrentLink names the latest generation (gens/<id>).
+	CurrentLink = "current"
+	// lockFile serializes reports into one directory.
+	lockFile = ".lock"
+)
+
+// write makes pages the new generation of the report under dir: files
+// whose bytes equal the current generation's are hard links to them,
+// the others are written; then the generation is renamed in, current
+// and the entry are switched (each a rename), and generations older
+// than the one replaced are removed.
 func write(dir string, pages map[string][]byte) (*Result, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, GenerationsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	gens := filepath.Join(dir, GenerationsDir)
+	prevName := currentGeneration(dir)
+	var prev string
 	var old manifest
-	if b, err := os.ReadFile(filepath.Join(dir, ManifestFile)); err == nil {
-		if err := json.Unmarshal(b, &old); err != nil {
-			return nil, fmt.Errorf("report: %s: %w", filepath.Join(dir, ManifestFile), err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("report: %w", err)
-	}
-	res := &Result{Index: filepath.Join(dir, "index.html"), Pages: len(pages)}
-	next := manifest{Files: map[string]specs.Digest{}}
-	names := make([]string, 0, len(pages))
-	for p := range pages {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	for _, p := range names {
-		b := pages[p]
-		d := specs.DigestOf(b)
-		next.Files[p] = d
-		fp := filepath.Join(dir, filepath.FromSlash(p))
-		if old.Files[p] == d {
-			if cur, err := os.ReadFile(fp); err == nil && bytes.Equal(cur, b) {
-				continue
+	if prevName != "" {
+		prev = filepath.Join(gens, prevName)
+		if b, err := os.ReadFile(filepath.Join(prev, ManifestFile)); err == nil {
+			if err := json.Unmarshal(b, &old); err != nil {
+				return nil, fmt.Errorf("report: %s: %w", filepath.Join(prev, ManifestFile), err)
 			}
-		}
-		if err := writeFile(fp, b); err != nil {
-			return nil, err
-		}
-		res.Written++
-		res.Changed = append(res.Changed, p)
-	}
-	var gone []string
-	for p := range old.Files {
-		if _, ok := pages[p]; !ok {
-			gone = append(gone, p)
-		}
-	}
-	sort.Strings(gone)
-	for _, p := range gone {
-		if strings.Contains(p, "..") || filepath.IsAbs(p) {
-			continue // not a path this package writes
-		}
-		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		} else if !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("report: %w", err)
 		}
-		res.Removed++
-		res.Changed = append(res.Changed, p)
 	}
-	sort.Strings(res.Changed)
+	next := manifest{Files: map[string]specs.Digest{}}
+	names := make([]string, 0, len(pages))
+	for p, b := range pages {
+		names = append(names, p)
+		next.Files[p] = specs.DigestOf(b)
+	}
+	sort.Strings(names)
 	mb, err := json.MarshalIndent(next, "", " ")
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFile(filepath.Join(dir, ManifestFile), append(mb, '\n')); err != nil {
+	mb = append(mb, '\n')
+	name := strings.TrimPrefix(string(specs.DigestOf(mb)), "sha256:")[:16]
+	gen := filepath.Join(gens, name)
+	res := &Result{Index: filepath.Join(dir, "index.html"), Dir: gen, Pages: len(pages)}
+
+	if name != prevName {
+		if _, err := os.Stat(filepath.Join(gen, ManifestFile)); err != nil {
+			// Only a complete generation is ever renamed in, so one
+			// that exists already holds these pages.
+			tmp, err := os.MkdirTemp(gens, ".tmp-")
+			if err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+			defer os.RemoveAll(tmp)
+			for _, p := range names {
+				b := pages[p]
+				fp := filepath.Join(tmp, filepath.FromSlash(p))
+				if prev != "" && old.Files[p] == next.Files[p] {
+					pp := filepath.Join(prev, filepath.FromSlash(p))
+					if cur, err := os.ReadFile(pp); err == nil && bytes.Equal(cur, b) {
+						if err := linkFile(pp, fp); err == nil {
+							continue
+						}
+					}
+				}
+				if err := writeFile(fp, b); err != nil {
+					return nil, err
+				}
+				res.Written++
+				res.Changed = append(res.Changed, p)
+			}
+			if err := writeFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
+				return nil, err
+			}
+			if err := os.Chmod(tmp, 0o755); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+			if err := os.Rename(tmp, gen); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+		}
+		for p := range old.Files {
+			if _, ok := pages[p]; !ok {
+				res.Removed++
+				res.Changed = append(res.Changed, p)
+			}
+		}
+		sort.Strings(res.Changed)
+		if err := switchLink(filepath.Join(dir, CurrentLink), GenerationsDir+"/"+name); err != nil {
+			return nil, err
+		}
+	}
+	entry := entryPage(pages["index.html"], GenerationsDir+"/"+name+"/")
+	if cur, err := os.ReadFile(res.Index); err != nil || !bytes.Equal(cur, entry) {
+		if err := writeFile(res.Index, entry); err != nil {
+			return nil, err
+		}
+	}
+	if name != prevName {
+		if err := prune(gens, name, prevName); err != nil {
+			return nil, err
+		}
+	}
+	if err := removeFlat(dir); err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
-// writeFile replaces fp atomically (a temporary file renamed over it).
+// entryPage is the index of generation gen ("gens/<id>/") as the
+// directory's own index.html: a <base> makes its links lead into gen.
+func entryPage(index []byte, gen string) []byte {
+	const head = "<head>\n"
+	i := bytes.Index(index, []byte(head))
+	if i < 0 {
+		return index
+	}
+	i += len(head)
+	out := append([]byte(nil), index[:i]...)
+	out = append(out, `<base href="`+gen+`">`+"\n"...)
+	return append(out, index[i:]...)
+}
+
+// currentGeneration is the id the current link names, "" when there is
+// none (or it names something that is not a generation).
+func currentGeneration(dir string) string {
+	t, err := os.Readlink(filepath.Join(dir, CurrentLink))
+	if err != nil {
+		return ""
+	}
+	id, ok := strings.CutPrefix(t, GenerationsDir+"/")
+	if !ok || id == "" || strings.ContainsAny(id, "/.") {
+		return ""
+	}
+	return id
+}
+
+// switchLink points the symbolic link at to target atomically: a new
+// link under a temporary name, renamed over the old one.
+func switchLink(at, target string) error {
+	tmp := at + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.Rename(tmp, at); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// prune removes every generation but keep and prev, and what a report
+// that stopped half-way left (the lock is held, so none is running).
+func prune(gens, keep, prev string) error {
+	es, err := os.ReadDir(gens)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	for _, e := range es {
+		if n := e.Name(); n != keep && n != prev {
+			if err := os.RemoveAll(filepath.Join(gens, n)); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeFlat removes a report of the layout before generations (its
+// files and manifest straight in dir): only what its manifest lists.
+func removeFlat(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	var old manifest
+	if err := json.Unmarshal(b, &old); err != nil {
+		return fmt.Errorf("report: %s: %w", filepath.Join(dir, ManifestFile), err)
+	}
+	for p := range old.Files {
+		if p == "index.html" || !fs.ValidPath(p) || strings.HasPrefix(p, GenerationsDir+"/") {
+			continue // the entry now; not a path this package wrote
+		}
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, ManifestFile)); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// lockDir holds an exclusive lock on dir's lock file until the returned
+// function is called; another report writing there is an error.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("report: %s: another report is being written there: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// linkFile makes fp a hard link to the unchanged page from, creating
+// its directory.
+func linkFile(from, fp string) error {
+	if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
+		return err
+	}
+	return os.Link(from, fp)
+}
+
+// writeFile writes a new file fp (in a generation not yet renamed in).
 func writeFile(fp string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)

@@ -12,8 +12,12 @@
 //     audit's findings instead of its verdicts;
 //   - depend on when it runs: the same branch gives the same bytes (times
 //     are the documents' own, "as of" is the latest time a verified
-//     document states), so a second report after one new run rewrites
-//     only the pages that changed (a manifest lists what it wrote);
-//   - touch anything in the output directory that its manifest does not
-//     list.
+//     document states), so a second report after one new run writes
+//     only the pages that changed (a manifest lists every page);
+//   - let a reader see a half-written report: each report is a new
+//     generation directory, written whole and then switched in (the
+//     current link, the entry index.html with a <base> into it); the
+//     one it replaces stays until the next report;
+//   - touch anything in the output directory but its own names
+//     (gens/, current, index.html, .lock).
 package report

@@ -20,7 +20,7 @@ func TestReportSmoke(t *testing.T) {
 	assert.Empty(t, res.Audit.Findings)
 	t.Log(res.Index, res.Pages, res.Written)
 	if d := os.Getenv("REPORT16_KEEP"); d != "" {
-		require.NoError(t, os.CopyFS(d, os.DirFS(out)))
+		require.NoError(t, os.CopyFS(d, os.DirFS(res.Dir)))
 		require.NoError(t, os.CopyFS(d+"-repo", os.DirFS(b.Repo)))
 		y, _ := os.ReadFile(b.Keys.TrustFile)
 		require.NoError(t, os.WriteFile(d+"-trust.yaml", y, 0o600))

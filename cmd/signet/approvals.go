@@ -23,7 +23,7 @@ func init() { addCommand(newApprovalsCmd) }
 
 // approvalsOptions are the flags of signet approvals.
 type approvalsOptions struct {
-	Path        string
+	Spec        specPathOptions
 	Trust       string
 	Cluster     string
 	WorkingTree bool
@@ -32,7 +32,7 @@ type approvalsOptions struct {
 
 // AddFlags registers the command's flags.
 func (o *approvalsOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Path, "path", ".", "spec path inside the spec repository")
+	o.Spec.AddFlags(fs)
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
 	fs.StringVar(&o.Cluster, "cluster", "", "decide for this cluster (approvals limited to clusters count only for theirs)")
 	fs.BoolVar(&o.WorkingTree, "working-tree", false, "decide the files as they are in the working tree, not the commit HEAD names (which signet run and the reconciler read)")
@@ -76,11 +76,11 @@ type approvalFileInfo struct {
 func newApprovalsCmd() *cobra.Command {
 	o := &approvalsOptions{}
 	cmd := &cobra.Command{
-		Use:   "approvals [REPO] --trust FILE",
+		Use:   "approvals [PATH] --trust FILE",
 		Short: "Show which spec objects are approved, by which keys, and why not",
-		Long: `Render the spec path of the spec repository REPO (default ".") at the commit HEAD
-names (what signet run and the reconciler read; --working-tree for the files as
-they are), read every approval under <path>/.signet/approvals/ and decide, under the trust policy, for
+		Long: `Render the spec path PATH (default ".", a directory inside the repository) of the
+spec repository --repo (default ".") at the commit HEAD names (what signet run and the reconciler read; --working-tree for the files as
+they are), read every approval under <PATH>/.signet/approvals/ and decide, under the trust policy, for
 the cluster and at the current time, every object and every action a request
 asks for (cancel, release): approved or not, by which keys, and why not
 (changed since approval, untrusted key, bad signature, expired, other cluster,
@@ -90,14 +90,13 @@ Exit status: 0 everything approved, 3 something is not approved or an approval
 file or spec is broken, 2 usage or I/O error (signet help exit-codes).
 When the working tree differs from HEAD, a note on stderr names the files.`,
 		Example: `  signet approvals --trust trust.yaml --cluster east
-  signet approvals examples/spec-repo --trust trust.yaml -o json`,
+  signet approvals --repo examples/spec-repo overlays/cluster-b --trust trust.yaml -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			repo := "."
-			if len(args) == 1 {
-				repo = args[0]
+			if err := o.Spec.resolve(cmd, args); err != nil {
+				return err
 			}
-			return o.run(cmd, repo, time.Now())
+			return o.run(cmd, o.Spec.Repo.Repo, time.Now())
 		},
 	}
 	o.AddFlags(cmd.Flags())
@@ -129,17 +128,18 @@ func (o *approvalsOptions) run(cmd *cobra.Command, repo string, now time.Time) e
 		// What signet run and the reconciler read: the commit, not
 		// uncommitted edits or approval files.
 		reading = "HEAD " + rev.short()
-		dir, err = specPathIn(repo, o.Path)
+		dir, err = specPathIn(repo, o.Spec.Path)
 		if err == nil {
 			r, fsys, dir, err = renderSpecFS(rev.FS, dir)
 		}
 	} else {
-		r, fsys, dir, err = renderForApprovals(repo, o.Path)
+		r, fsys, dir, err = renderForApprovals(repo, o.Spec.Path)
 	}
 	if err != nil {
 		return err
 	}
 	rev.noteDrift(cmd.ErrOrStderr(), reading)
+	noteBundleRoot(cmd.ErrOrStderr(), repo, dir, r)
 	rep := decideApprovals(r, fsys, dir, policy, o.Cluster, now)
 	rep.TrustPolicy = o.Trust
 	if rev != nil {

@@ -52,14 +52,14 @@ func TestApprovals(t *testing.T) {
 	trust := writeTrust(t, dir, nil, alice, bob)
 
 	// Nothing signed yet: nothing approved.
-	rep, code := approvalsJSON(t, repo, "--trust", trust, "--cluster", "east")
+	rep, code := approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, exitNotApproved, code)
 	assert.Contains(t, strings.Join(decisionFor(t, rep, "CertificationProfile/local-smoke").Reasons, "\n"), "no approval names")
 
 	// alice approves everything.
-	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key")
+	_, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key")
 	require.Equal(t, 0, code, stderr)
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "east")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 0, code)
 	d := decisionFor(t, rep, "CertificationProfile/local-smoke")
 	assert.True(t, d.Approved)
@@ -68,9 +68,9 @@ func TestApprovals(t *testing.T) {
 	assert.Equal(t, signing.ApprovalPredicateType, "https://signet.dev/approval/v1")
 
 	// mallory (outside the policy) signs too: reported, changes nothing.
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", mallory+".key", "--object", "profile/local-smoke")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", mallory+".key", "--object", "profile/local-smoke")
 	require.Equal(t, 0, code, stderr)
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "east")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, strings.Join(decisionFor(t, rep, "CertificationProfile/local-smoke").Reasons, "\n"), "untrusted key")
 
@@ -78,7 +78,7 @@ func TestApprovals(t *testing.T) {
 	editFile(t, filepath.Join(repo, "profiles", "local-smoke.yaml"), "deadline: 30s", "deadline: 45s")
 	// The request asks for release without a release approval.
 	editFile(t, filepath.Join(repo, "requests", "local-smoke-localhost.yaml"), "nodes: [localhost]", "nodes: [localhost]\n  release: true")
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "east")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, exitNotApproved, code)
 	d = decisionFor(t, rep, "CertificationProfile/local-smoke")
 	assert.False(t, d.Approved)
@@ -89,35 +89,35 @@ func TestApprovals(t *testing.T) {
 	assert.Contains(t, strings.Join(rel.Reasons, "\n"), "no approval names CertificationRequest/local-smoke-localhost#release")
 
 	// bob approves the edited profile and the release for cluster west only.
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", bob+".key", "--object", "profile/local-smoke")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", bob+".key", "--object", "profile/local-smoke")
 	require.Equal(t, 0, code, stderr)
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", bob+".key", "--object", "request/local-smoke-localhost", "--action", "release", "--clusters", "west")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", bob+".key", "--object", "request/local-smoke-localhost", "--action", "release", "--clusters", "west")
 	require.Equal(t, 0, code, stderr)
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "east")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, exitNotApproved, code)
 	assert.True(t, decisionFor(t, rep, "CertificationProfile/local-smoke").Approved)
 	assert.Contains(t, strings.Join(decisionFor(t, rep, "CertificationRequest/local-smoke-localhost#release").Reasons, "\n"), "for other clusters (west), not east")
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "west")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "west")
 	assert.Equal(t, 0, code)
 
 	// Revoking bob in the policy takes effect at once.
 	revoked := writeTrust(t, t.TempDir(), func(s *signing.TrustPolicySpec) {
 		s.Keys[1].RevokedAt = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	}, alice, bob)
-	rep, code = approvalsJSON(t, repo, "--trust", revoked, "--cluster", "west")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", revoked, "--cluster", "west")
 	assert.Equal(t, exitNotApproved, code)
 	assert.Contains(t, strings.Join(decisionFor(t, rep, "CertificationProfile/local-smoke").Reasons, "\n"), "was revoked at")
 
 	// A garbled approval file is reported by name; the others still count.
 	require.NoError(t, os.WriteFile(filepath.Join(repo, ".signet", "approvals", "garbled.json"), []byte(`{"payloadType":`), 0o644))
-	rep, code = approvalsJSON(t, repo, "--trust", trust, "--cluster", "west")
+	rep, code = approvalsJSON(t, "--repo", repo, "--trust", trust, "--cluster", "west")
 	assert.Equal(t, exitNotApproved, code)
 	require.Len(t, rep.ApprovalErrors, 1)
 	assert.Contains(t, rep.ApprovalErrors[0], "garbled.json")
 	assert.True(t, decisionFor(t, rep, "CertificationProfile/local-smoke").Approved)
 
 	// Text output names why.
-	out, _, code := runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east")
+	out, _, code := runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, exitNotApproved, code)
 	assert.Contains(t, out, "SUBJECT")
 	assert.Contains(t, out, "CertificationRequest/local-smoke-localhost#release (")
@@ -126,10 +126,10 @@ func TestApprovals(t *testing.T) {
 }
 
 func TestApprovalsUsage(t *testing.T) {
-	_, stderr, code := runSigningCLI(t, "approvals", copySpecRepo(t))
+	_, stderr, code := runSigningCLI(t, "approvals", "--repo", copySpecRepo(t))
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "required: --trust")
-	_, stderr, code = runSigningCLI(t, "approvals", copySpecRepo(t), "--trust", filepath.Join(t.TempDir(), "missing.yaml"))
+	_, stderr, code = runSigningCLI(t, "approvals", "--repo", copySpecRepo(t), "--trust", filepath.Join(t.TempDir(), "missing.yaml"))
 	assert.Equal(t, exitUsage, code) // an unreadable trust policy: nothing was decided
 	assert.Contains(t, stderr, "could not read")
 }
@@ -139,7 +139,7 @@ func TestApprovalFindings(t *testing.T) {
 	repo := copySpecRepo(t)
 	alice, _ := newTestKey(t, dir, "alice")
 	trust := writeTrust(t, dir, nil, alice)
-	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key", "--object", "profile/local-smoke")
+	_, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key", "--object", "profile/local-smoke")
 	require.Equal(t, 0, code, stderr)
 	p, err := signing.LoadTrustPolicy(trust)
 	require.NoError(t, err)
@@ -161,24 +161,24 @@ func TestValidateTrust(t *testing.T) {
 	alice, _ := newTestKey(t, dir, "alice")
 	trust := writeTrust(t, dir, nil, alice)
 
-	out, stderr, code := runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "east")
+	out, stderr, code := runSigningCLI(t, "validate", "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, out, "CertificationProfile/local-smoke is not approved")
 
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", alice+".key", "--clusters", "east")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key", "--clusters", "east")
 	require.Equal(t, 0, code, stderr)
-	out, stderr, code = runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "east")
+	out, stderr, code = runSigningCLI(t, "validate", "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 0, code, out+stderr)
-	out, _, code = runSigningCLI(t, "validate", repo, "--trust", trust, "--cluster", "west")
+	out, _, code = runSigningCLI(t, "validate", "--repo", repo, "--trust", trust, "--cluster", "west")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "for other clusters (east), not west")
-	out, _, code = runSigningCLI(t, "validate", repo)
+	out, _, code = runSigningCLI(t, "validate", "--repo", repo)
 	assert.Equal(t, 0, code, "without --trust approvals are not checked: %s", out)
 
-	_, stderr, code = runSigningCLI(t, "validate", repo, "--cluster", "east")
+	_, stderr, code = runSigningCLI(t, "validate", "--repo", repo, "--cluster", "east")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--cluster needs --trust")
-	_, stderr, code = runSigningCLI(t, "validate", repo, "--trust", filepath.Join(dir, "missing.yaml"))
+	_, stderr, code = runSigningCLI(t, "validate", "--repo", repo, "--trust", filepath.Join(dir, "missing.yaml"))
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "could not read")
 }
@@ -198,12 +198,12 @@ func TestApprovalsReadTheCommit(t *testing.T) {
 	gittest.Git(t, repo, "commit", "-q", "-m", "specs")
 	head := gittest.Git(t, repo, "rev-parse", "HEAD")
 
-	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key")
+	_, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key")
 	require.Equal(t, 0, code, stderr)
 	assert.NotContains(t, stderr, "differs from HEAD", "nothing was uncommitted before signing")
 
 	// The approval file is in the working tree only.
-	out, stderr, code := runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "-o", "json")
+	out, stderr, code := runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east", "-o", "json")
 	require.Equal(t, exitNotApproved, code, "an approval that is not committed counted; stderr:\n%s", stderr)
 	var rep approvalsReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
@@ -213,26 +213,26 @@ func TestApprovalsReadTheCommit(t *testing.T) {
 	assert.Contains(t, stderr, "note: the working tree differs from HEAD ("+head[:12]+"): untracked .signet/approvals/")
 	assert.Contains(t, stderr, "this command read HEAD "+head[:12])
 
-	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "--working-tree")
+	_, stderr, code = runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east", "--working-tree")
 	assert.Equal(t, 0, code, "--working-tree decides the uncommitted approval: %s", stderr)
 	assert.Contains(t, stderr, "this command read the working tree")
 
-	_, stderr, code = runSigningCLI(t, "validate", repo)
+	_, stderr, code = runSigningCLI(t, "validate", "--repo", repo)
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, stderr, "untracked .signet/approvals/")
 
 	// Committed, the approval counts and nothing differs.
 	gittest.Git(t, repo, "add", "-A")
 	gittest.Git(t, repo, "commit", "-q", "-m", "approve")
-	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east")
+	_, stderr, code = runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 0, code, stderr)
 	assert.NotContains(t, stderr, "differs from HEAD")
 
 	// An edit not yet committed: HEAD's object is still the approved one.
 	editFile(t, filepath.Join(repo, "profiles", "local-smoke.yaml"), "deadline: 30s", "deadline: 45s")
-	_, stderr, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east")
+	_, stderr, code = runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east")
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, stderr, "modified profiles/local-smoke.yaml")
-	_, _, code = runSigningCLI(t, "approvals", repo, "--trust", trust, "--cluster", "east", "--working-tree")
+	_, _, code = runSigningCLI(t, "approvals", "--repo", repo, "--trust", trust, "--cluster", "east", "--working-tree")
 	assert.Equal(t, exitNotApproved, code, "the edited profile in the working tree is not the approved one")
 }

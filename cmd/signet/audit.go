@@ -31,19 +31,19 @@ const (
 
 // branchOptions name an evidence branch to read.
 type branchOptions struct {
-	Repo   string
-	Branch string
+	repoOptions // the repository holding the evidence branch (bare or not)
+	Branch      string
 }
 
 // AddFlags registers --repo and --branch.
 func (o *branchOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Repo, "repo", "", "repository holding the evidence branch: a local path (bare or not) or a file://, http(s):// or ssh:// URL (required)")
+	o.repoOptions.AddFlags(fs)
 	fs.StringVar(&o.Branch, "branch", evidence.DefaultBranch, "evidence branch")
 }
 
 func (o *branchOptions) validate() error {
 	if o.Repo == "" {
-		return &usageError{errors.New("required: --repo")}
+		return &usageError{errors.New("--repo is empty: give a directory or URL (the default is \".\", the current directory)")}
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 func newAuditCmd() *cobra.Command {
 	o := &auditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit --repo R --trust FILE",
+		Use:   "audit --trust FILE",
 		Short: "Prove an evidence branch was never rewritten and every document is signed and bound",
 		Long: `Audit an evidence branch offline: append-only first-parent history with commits signed
 by evidence signers; every document signed by a key allowed to sign evidence and valid when

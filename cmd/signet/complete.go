@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,16 +29,18 @@ func registerCompletions(root *cobra.Command) {
 		case "run":
 			_ = c.RegisterFlagCompletionFunc("request", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 				repo, _ := cmd.Flags().GetString("repo")
-				return withPrefix(specRefs(cmd, repo, false, true), toComplete), cobra.ShellCompDirectiveNoFileComp
+				dir, _ := cmd.Flags().GetString("path")
+				return withPrefix(specRefs(repo, dir, false, true), toComplete), cobra.ShellCompDirectiveNoFileComp
 			})
 		case "sign":
 			_ = c.RegisterFlagCompletionFunc("object", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-				repo := "."
+				repo, _ := cmd.Flags().GetString("repo")
+				dir, _ := cmd.Flags().GetString("path") // deprecated form of PATH
 				if len(args) > 0 {
-					repo = args[0]
+					dir = args[0]
 				}
 				action, _ := cmd.Flags().GetString("action")
-				return withPrefix(specRefs(cmd, repo, true, action != ""), toComplete), cobra.ShellCompDirectiveNoFileComp
+				return withPrefix(specRefs(repo, dir, true, action != ""), toComplete), cobra.ShellCompDirectiveNoFileComp
 			})
 		case "verify", "logs":
 			c.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
@@ -54,10 +53,11 @@ func registerCompletions(root *cobra.Command) {
 	}
 }
 
-// specRefs renders --path of the spec repository's working tree repo and
-// returns its objects as KIND/NAME (withKind) or NAME, requests only when
+// specRefs renders the spec path p (PATH, or run's --path; "" for the
+// root) of the spec repository's working tree repo (--repo) and returns
+// its objects as KIND/NAME (withKind) or NAME, requests only when
 // requestsOnly.
-func specRefs(cmd *cobra.Command, repo string, withKind, requestsOnly bool) []string {
+func specRefs(repo, p string, withKind, requestsOnly bool) []string {
 	if repo == "" {
 		repo = "."
 	}
@@ -65,11 +65,11 @@ func specRefs(cmd *cobra.Command, repo string, withKind, requestsOnly bool) []st
 	if err != nil || !st.IsDir() {
 		return nil
 	}
-	dir := "."
-	if p, err := cmd.Flags().GetString("path"); err == nil && p != "" {
-		dir = path.Clean(filepath.ToSlash(p))
+	if p == "" {
+		p = "."
 	}
-	if !fs.ValidPath(dir) {
+	dir, err := specPathArg(repo, p, false)
+	if err != nil {
 		return nil
 	}
 	r, err := specs.Render(os.DirFS(repo), dir)

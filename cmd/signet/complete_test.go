@@ -39,10 +39,10 @@ func TestCompletionFromRepos(t *testing.T) {
 		{"run IDs without a branch", []string{"verify", "--repo", t.TempDir(), ""}, nil},
 		{"run IDs only for the first argument", []string{"verify", "run-a", "--repo", f.Repo, ""}, nil},
 		{"run --request", []string{"run", "--repo", f.Repo, "--request", ""}, []string{"run-a", "run-b"}},
-		{"sign --object", []string{"sign", f.Repo, "--object", ""}, []string{"CertificationProfile/quick", "CertificationRequest/run-a", "CertificationRequest/run-b"}},
-		{"sign --object narrowed", []string{"sign", f.Repo, "--object", "CertificationRequest/run-b"}, []string{"CertificationRequest/run-b"}},
+		{"sign --object", []string{"sign", "--repo", f.Repo, "--object", ""}, []string{"CertificationProfile/quick", "CertificationRequest/run-a", "CertificationRequest/run-b"}},
+		{"sign --object narrowed", []string{"sign", "--repo", f.Repo, "--object", "CertificationRequest/run-b"}, []string{"CertificationRequest/run-b"}},
 		{"get resources", []string{"get", ""}, []string{"nodes", "requests", "runs"}},
-		{"sign --action --object", []string{"sign", f.Repo, "--action", "release", "--object", ""}, []string{"CertificationRequest/run-a", "CertificationRequest/run-b"}},
+		{"sign --action --object", []string{"sign", "--repo", f.Repo, "--action", "release", "--object", ""}, []string{"CertificationRequest/run-a", "CertificationRequest/run-b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, complete(tc.args...))

@@ -35,7 +35,7 @@ const (
 
 // diffOptions are the flags of signet diff.
 type diffOptions struct {
-	Repo          string
+	Repo          repoOptions
 	Trust         string
 	Cluster       string
 	RequireSigned bool
@@ -44,7 +44,7 @@ type diffOptions struct {
 
 // AddFlags registers the command's flags.
 func (o *diffOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Repo, "repo", ".", "local Git repository (its object store is read; the work tree never)")
+	o.Repo.AddFlags(fs)
 	fs.StringVar(&o.Trust, "trust", "", "trust policy: also decide which changes are already approved at HEAD")
 	fs.StringVar(&o.Cluster, "cluster", "", "cluster to decide approvals for (with --trust)")
 	fs.BoolVar(&o.RequireSigned, "require-signed-commit", false, "with --trust: HEAD must carry an SSH signature by a commitSigner of the policy")
@@ -91,8 +91,10 @@ func newDiffCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diff BASE HEAD [PATH]",
 		Short: "Show what a spec change does: changed objects, invalidated approvals, runs it would start",
-		Long: `Render the spec path PATH (default ".") at two revisions of a Git repository
-(--repo, read from its object store, never from the work tree) and report:
+		Long: `Render the spec path PATH (default ".", a directory inside the repository) of the
+spec repository --repo (default ".") at two revisions, read from the Git object
+store, never from the work tree (a --repo below the top of a work tree is that
+subtree at each revision), and report:
 objects added, removed and changed with a field-level diff (checks added,
 removed or reordered, deadlines, GPU counts, bundle digest and which scripts
 changed, nodes, …); approvals valid for BASE that the change invalidates;
@@ -106,7 +108,8 @@ Exit status, for CI:
   3  changes need approval
   4  --require-signed-commit: HEAD is not signed by a trusted commit signer`,
 		Example: `  signet diff origin/main HEAD --trust trust.yaml --cluster east
-  signet diff main feature examples/spec-repo -o json`,
+  signet diff main feature overlays/cluster-b -o json
+  signet diff origin/main HEAD --repo examples/spec-repo -o yaml`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p := "."
@@ -127,9 +130,12 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 	if (o.RequireSigned || o.Cluster != "") && o.Trust == "" {
 		return &usageError{errors.New("--require-signed-commit and --cluster need --trust")}
 	}
-	dir := path.Clean(filepath.ToSlash(specPath))
-	if !fs.ValidPath(dir) {
-		return &usageError{fmt.Errorf("PATH %q is not a relative path inside the repository", specPath)}
+	if err := o.Repo.local(); err != nil {
+		return err
+	}
+	dir, err := specPathArg(o.Repo.Repo, specPath, false)
+	if err != nil {
+		return err
 	}
 	var policy *signing.TrustPolicy
 	if o.Trust != "" {
@@ -139,9 +145,13 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 		}
 		policy = p
 	}
-	repo, err := git.PlainOpenWithOptions(o.Repo, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := git.PlainOpenWithOptions(o.Repo.Repo, &git.PlainOpenOptions{DetectDotGit: true})
 	if err != nil {
-		return exitCode(exitDiffError, fmt.Errorf("--repo %s: %w", o.Repo, err))
+		return exitCode(exitDiffError, fmt.Errorf("--repo %s: %w", o.Repo.Repo, err))
+	}
+	sub, err := subtreeOf(repo, o.Repo.Repo)
+	if err != nil {
+		return exitCode(exitDiffError, fmt.Errorf("--repo %s: %w", o.Repo.Repo, err))
 	}
 	baseC, err := resolveCommit(repo, base)
 	if err != nil {
@@ -151,11 +161,11 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 	if err != nil {
 		return exitCode(exitDiffError, err)
 	}
-	baseR, baseFS, err := renderCommit(baseC, dir)
+	baseR, baseFS, err := renderCommit(baseC, sub, dir)
 	if err != nil {
 		return exitCode(exitDiffError, fmt.Errorf("BASE %s: %w", base, err))
 	}
-	headR, headFS, err := renderCommit(headC, dir)
+	headR, headFS, err := renderCommit(headC, sub, dir)
 	if err != nil {
 		return exitCode(exitDiffError, fmt.Errorf("HEAD %s: %w", head, err))
 	}
@@ -177,9 +187,9 @@ func (o *diffOptions) run(cmd *cobra.Command, base, head, specPath string, now t
 	case o.Output.JSON():
 		err = o.Output.Write(cmd.OutOrStdout(), rep)
 	case o.Output.Format == "github":
-		err = writeGitHub(cmd.OutOrStdout(), o.Repo, "signet diff", rep.Findings)
+		err = writeGitHub(cmd.OutOrStdout(), o.Repo.Repo, "signet diff", rep.Findings)
 	case o.Output.Format == "sarif":
-		err = writeSARIF(cmd.OutOrStdout(), o.Repo, "signet diff", rep.Findings)
+		err = writeSARIF(cmd.OutOrStdout(), o.Repo.Repo, "signet diff", rep.Findings)
 	default:
 		err = rep.writeText(cmd.OutOrStdout())
 	}
@@ -204,12 +214,51 @@ func resolveCommit(repo *git.Repository, rev string) (*object.Commit, error) {
 	return c, nil
 }
 
-// renderCommit renders dir of c's tree. A path missing at that commit
-// renders as no objects (everything added or removed).
-func renderCommit(c *object.Commit, dir string) (*specs.Rendering, fs.FS, error) {
-	fsys, err := gitfs.FromCommit(c)
+// subtreeOf is the directory dir names inside the work tree of repo (opened
+// from dir upwards): "." for its top and for a bare repository.
+func subtreeOf(repo *git.Repository, dir string) (string, error) {
+	wt, err := repo.Worktree()
+	if errors.Is(err, git.ErrIsBareRepository) {
+		return ".", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	top, err := filepath.EvalSymlinks(wt.Filesystem.Root())
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(top, abs)
+	if err != nil {
+		return "", err
+	}
+	sub := path.Clean(filepath.ToSlash(rel))
+	if !fs.ValidPath(sub) {
+		return "", fmt.Errorf("not inside the work tree %s", top)
+	}
+	return sub, nil
+}
+
+// renderCommit renders the spec path dir of the spec repository at sub
+// (the repository root: ".", or a subtree) of c's tree. A path missing at
+// that commit renders as no objects (everything added or removed).
+func renderCommit(c *object.Commit, sub, dir string) (*specs.Rendering, fs.FS, error) {
+	tree, err := gitfs.FromCommit(c)
 	if err != nil {
 		return nil, nil, err
+	}
+	var fsys fs.FS = tree
+	if sub != "." {
+		if fsys, err = fs.Sub(tree, sub); err != nil {
+			return nil, nil, err
+		}
 	}
 	if _, err := fs.Stat(fsys, dir); errors.Is(err, fs.ErrNotExist) {
 		return &specs.Rendering{Bundles: map[string]specs.BundleInfo{}}, fsys, nil

@@ -50,7 +50,7 @@ func TestDiff(t *testing.T) {
 
 	alice, _ := newTestKey(t, dir, "alice")
 	trust := writeTrust(t, dir, nil, alice)
-	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key")
+	_, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key")
 	require.Equal(t, 0, code, stderr)
 	gittest.Git(t, repo, "add", "-A")
 	gittest.Git(t, repo, "commit", "--quiet", "--no-gpg-sign", "-m", "approve everything")
@@ -120,9 +120,9 @@ func TestDiff(t *testing.T) {
 	assert.Empty(t, rep.WouldStart, "the new request is not approved yet")
 
 	// Approving at HEAD: the new request would start a run; exit 0.
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", alice+".key")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key")
 	require.Equal(t, 0, code, stderr)
-	_, stderr, code = runSigningCLI(t, "sign", repo, "--key", alice+".key", "--object", "request/gpu-burnin-rack12-2026-11", "--action", "release")
+	_, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key", "--object", "request/gpu-burnin-rack12-2026-11", "--action", "release")
 	require.Equal(t, 0, code, stderr)
 	gittest.Git(t, repo, "add", "-A")
 	gittest.Git(t, repo, "commit", "--quiet", "--no-gpg-sign", "-m", "approve")

@@ -71,11 +71,12 @@ signet help exit-codes.)`,
 
 func newInstallCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    "install DST",
-		Short:  "Copy this signet binary to DST (the check pod's init container)",
-		Long:   "Copy the running signet binary to DST with mode 0555. A check pod's init container\nruns it from the signet image, which has no shell, to put signet exec into an emptyDir.",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+		Use:     "install DST",
+		Short:   "Copy this signet binary to DST (the check pod's init container)",
+		Long:    "Copy the running signet binary to DST with mode 0555. A check pod's init container\nruns it from the signet image, which has no shell, to put signet exec into an emptyDir.",
+		Example: "  /signet install /signet-bin/signet   # the check pod's init container, from the signet image",
+		Hidden:  true,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return kube.Install(args[0])
 		},

@@ -52,8 +52,9 @@ func init() { addCommand(newExitCodesTopic) }
 // `signet help exit-codes`.
 func newExitCodesTopic() *cobra.Command {
 	return &cobra.Command{
-		Use:   "exit-codes",
-		Short: "The exit statuses of every signet command",
-		Long:  strings.TrimSpace(exitCodesHelp),
+		Use:     "exit-codes",
+		Short:   "The exit statuses of every signet command",
+		Long:    strings.TrimSpace(exitCodesHelp),
+		Example: "  signet help exit-codes",
 	}
 }

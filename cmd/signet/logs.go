@@ -42,7 +42,7 @@ func (o *logsOptions) AddFlags(fs *pflag.FlagSet) {
 func newLogsCmd() *cobra.Command {
 	o := &logsOptions{}
 	cmd := &cobra.Command{
-		Use:   "logs RUN --repo R --trust FILE [--check NAME] [--node NODE] [--stream stdout|stderr]",
+		Use:   "logs RUN --trust FILE [--check NAME] [--node NODE] [--stream stdout|stderr]",
 		Short: "Print the recorded log tails of a run, verified against their check documents",
 		Long: `Print the bounded log tails a run recorded on the evidence branch. The run is verified
 first, as signet verify does, and a tail is printed only when a verified check document
@@ -50,7 +50,7 @@ binds it by digest; a run with any finding prints the findings and no log.
 
 Exit status (signet help exit-codes): 0 printed, 1 the run has findings, 2 usage or
 I/O error (the run could not be read, no log matches).`,
-		Example: "  signet logs batch-7 --repo . --trust trust.yaml\n  signet logs batch-7 --repo . --trust trust.yaml --check nccl --node gpu-node-1 --stream stderr",
+		Example: "  signet logs batch-7 --trust trust.yaml\n  signet logs batch-7 --trust trust.yaml --check nccl --node gpu-node-1 --stream stderr",
 		Args:    cobra.ExactArgs(1),
 		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}

@@ -51,9 +51,13 @@ func addCommand(f func() *cobra.Command) { commands = append(commands, f) }
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "signet",
-		Short:         "Certify groups of GPU nodes the GitOps way",
-		Long:          "signet certifies groups of GPU nodes from a Git repository of certification profiles,\ndigest-pinned script bundles and approved requests, and records signed evidence on an\nappend-only evidence branch that auditors can verify offline.",
+		Use:   "signet",
+		Short: "Certify groups of GPU nodes the GitOps way",
+		Long:  "signet certifies groups of GPU nodes from a Git repository of certification profiles,\ndigest-pinned script bundles and approved requests, and records signed evidence on an\nappend-only evidence branch that auditors can verify offline.",
+		Example: "  signet validate --repo examples/spec-repo overlays/cluster-b\n" +
+			"  signet run --repo spec --request local-smoke-localhost --trust trust.yaml --key reconciler.key\n" +
+			"  signet audit --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml\n" +
+			"  signet --version",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       versionString(),

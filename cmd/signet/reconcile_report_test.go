@@ -80,8 +80,9 @@ backends:
 	}
 	require.Eventually(t, func() bool { return indexHas(">first<") }, 90*time.Second, 200*time.Millisecond, "the report never showed run first")
 
-	// Every file the report's manifest lists is served as written.
-	_, body := get(http.MethodGet, "/report/"+report.ManifestFile)
+	// Every file the current generation's manifest lists is served as
+	// written.
+	_, body := get(http.MethodGet, "/report/"+report.CurrentLink+"/"+report.ManifestFile)
 	var m struct {
 		Files map[string]string `json:"files"`
 	}
@@ -89,13 +90,13 @@ backends:
 	require.NotEmpty(t, m.Files)
 	subdir := ""
 	for p := range m.Files {
-		want, err := os.ReadFile(filepath.Join(reportDir, filepath.FromSlash(p)))
+		want, err := os.ReadFile(filepath.Join(reportDir, report.CurrentLink, filepath.FromSlash(p)))
 		require.NoError(t, err)
-		code, got := get(http.MethodGet, "/report/"+p)
+		code, got := get(http.MethodGet, "/report/"+report.CurrentLink+"/"+p)
 		assert.Equal(t, http.StatusOK, code, p)
 		assert.Equal(t, string(want), got, p)
 		if i := strings.LastIndex(p, "/"); i > 0 {
-			subdir = p[:i+1]
+			subdir = report.CurrentLink + "/" + p[:i+1]
 		}
 	}
 	require.NotEmpty(t, subdir, "the report has pages in a subdirectory")

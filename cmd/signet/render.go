@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -61,10 +59,10 @@ type derivedValues struct {
 func newRenderCmd() *cobra.Command {
 	o := &renderOptions{}
 	cmd := &cobra.Command{
-		Use:   "render [REPO]",
+		Use:   "render [PATH]",
 		Short: "Show the rendered objects of a spec repository with their digests and derived values",
-		Long: `Render the spec path of the spec repository REPO (default ".") as the reconciler
-would and print every signet object: its source, the sha256 digest of its
+		Long: `Render the spec path PATH (default ".", a directory inside the repository) of the
+spec repository --repo (default ".") as the reconciler would and print every signet object: its source, the sha256 digest of its
 RFC 8785 canonical JSON (what approvals sign; for a request, its execution
 fields only), and for a profile its bundle, the derived run deadline (check
 deadlines plus 60 s per check) and the per-node eligibility floor (the
@@ -74,21 +72,21 @@ canonical JSON itself and the bundle's files.
 Findings, if any, are printed after the objects, as signet validate does.
 
 Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
-		Example: "  signet render examples/spec-repo\n  signet render examples/spec-repo --path overlays/cluster-b -o json",
+		Example: "  signet render\n  signet render --repo examples/spec-repo\n  signet render --repo examples/spec-repo overlays/cluster-b -o json",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Output.Validate(); err != nil {
 				return err
 			}
-			repo := "."
-			if len(args) == 1 {
-				repo = args[0]
+			if err := o.Spec.resolve(cmd, args); err != nil {
+				return err
 			}
-			r, err := o.Spec.render(repo)
+			r, err := o.Spec.render()
 			if err != nil {
 				return ioFailure(err)
 			}
-			report := newRenderReport(repo, path.Clean(filepath.ToSlash(o.Spec.Path)), r)
+			noteBundleRoot(cmd.ErrOrStderr(), o.Spec.Repo.Repo, o.Spec.Path, r)
+			report := newRenderReport(o.Spec.Repo.Repo, o.Spec.Path, r)
 			if o.Output.JSON() {
 				err = o.Output.Write(cmd.OutOrStdout(), report)
 			} else {

@@ -17,9 +17,9 @@ func TestRenderGolden(t *testing.T) {
 		args         []string
 		wantCode     int
 	}{
-		{"text", "render-valid.golden", []string{"render", "testdata/specrepo-valid"}, 0},
-		{"json", "render-valid.json.golden", []string{"render", "testdata/specrepo-valid", "-o", "json"}, 0},
-		{"with findings", "render-invalid.golden", []string{"render", "testdata/specrepo-invalid"}, 1},
+		{"text", "render-valid.golden", []string{"render", "--repo", "testdata/specrepo-valid"}, 0},
+		{"json", "render-valid.json.golden", []string{"render", "--repo", "testdata/specrepo-valid", "-o", "json"}, 0},
+		{"with findings", "render-invalid.golden", []string{"render", "--repo", "testdata/specrepo-invalid"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -35,7 +35,7 @@ func TestRenderGolden(t *testing.T) {
 // render's JSON carries each object's canonical JSON; its digest is the
 // sha256 of exactly those bytes, and for a request it leaves out cancel.
 func TestRenderJSONDigestsCanonical(t *testing.T) {
-	out, _, code := runSpecsCLI(t, "render", "testdata/specrepo-valid", "-o", "json")
+	out, _, code := runSpecsCLI(t, "render", "--repo", "testdata/specrepo-valid", "-o", "json")
 	require.Equal(t, 0, code)
 	var report struct {
 		Objects []struct {
@@ -63,7 +63,7 @@ func TestRenderJSONDigestsCanonical(t *testing.T) {
 }
 
 func TestRenderExampleSpecRepo(t *testing.T) {
-	out, errOut, code := runSpecsCLI(t, "render", filepath.Join("..", "..", "examples", "spec-repo"))
+	out, errOut, code := runSpecsCLI(t, "render", "--repo", filepath.Join("..", "..", "examples", "spec-repo"))
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.Contains(t, out, "run deadline:")
 }

@@ -42,7 +42,7 @@ func (o *reportOptions) AddFlags(fs *pflag.FlagSet) {
 func newReportCmd() *cobra.Command {
 	o := &reportOptions{}
 	cmd := &cobra.Command{
-		Use:   "report --repo R --trust FILE --out DIR",
+		Use:   "report --trust FILE --out DIR",
 		Short: "Write a static HTML report of an evidence branch, every number verified by the audit",
 		Long: `Audit an evidence branch (as signet audit does) and write a static, self-contained
 HTML site of it to --out: a fleet index (nodes certified, failing, retained and expiring
@@ -51,12 +51,15 @@ node × check matrix with reasons, summaries, measurements, durations and log ta
 approved it, and the stock-tool commands that re-verify it), per node and per profile.
 
 A page is never written from a document the audit did not prove: a run that a finding
-names is shown withheld, with the findings. The same branch gives the same bytes; a
-second report rewrites only the files that changed. Prints the path of the index.
+names is shown withheld, with the findings. The same branch gives the same bytes. Each
+report is a new generation (DIR/gens/<id>/), written whole and then switched in
+(DIR/current, and DIR/index.html leading into it), so no reader sees a half-written
+report; a second report writes only the pages that changed and links the others.
+Prints the path of the index.
 
 Exit status: 0 clean, 1 the audit has findings (the report shows them), 2 usage error or
 the branch could not be read.`,
-		Example: "  signet report --repo . --trust trust.yaml --out report/\n  signet report --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml --out /srv/signet-report",
+		Example: "  signet report --trust trust.yaml --out report/\n  signet report --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml --out /srv/signet-report",
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

@@ -31,10 +31,14 @@ func TestReportCommand(t *testing.T) {
 	for _, args := range [][]string{
 		{"report", "--repo", f.Repo, "--trust", f.TrustFile},
 		{"report", "--repo", f.Repo, "--out", out},
-		{"report", "--trust", f.TrustFile, "--out", out},
 	} {
 		_, stderr, code := runSigningCLI(t, args...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, "required")
 	}
+	// --repo defaults to the current directory (here no repository).
+	t.Chdir(t.TempDir())
+	_, stderr, code = runSigningCLI(t, "report", "--trust", f.TrustFile, "--out", out)
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "could not open repository .")
 }

@@ -28,10 +28,13 @@ type specRevision struct {
 }
 
 // openRevision reads HEAD of the Git repository in directory repo and the
-// status of its working tree. It returns nil, nil when repo is not a Git
-// repository (a plain directory of specs has no revision to differ from).
+// status of its working tree. A repo below the top of a work tree is that
+// subtree: FS is its tree at HEAD and Changes name only its files, relative
+// to it (as --repo is for every command). It returns nil, nil when repo is
+// in no Git repository (a plain directory of specs has no revision to
+// differ from).
 func openRevision(repo string) (*specRevision, error) {
-	r, err := git.PlainOpen(repo)
+	r, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{DetectDotGit: true})
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		return nil, nil
 	}
@@ -46,9 +49,19 @@ func openRevision(repo string) (*specRevision, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spec repository %s: HEAD: %w", repo, err)
 	}
-	fsys, err := gitfs.FromCommit(c)
+	sub, err := subtreeOf(r, repo)
+	if err != nil {
+		return nil, fmt.Errorf("spec repository %s: %w", repo, err)
+	}
+	tree, err := gitfs.FromCommit(c)
 	if err != nil {
 		return nil, fmt.Errorf("spec repository %s: HEAD: %w", repo, err)
+	}
+	var fsys fs.FS = tree
+	if sub != "." {
+		if fsys, err = fs.Sub(tree, sub); err != nil {
+			return nil, fmt.Errorf("spec repository %s: HEAD: %w", repo, err)
+		}
 	}
 	rev := &specRevision{Commit: c.Hash.String(), FS: fsys}
 	wt, err := r.Worktree()
@@ -60,6 +73,13 @@ func openRevision(repo string) (*specRevision, error) {
 		return nil, fmt.Errorf("spec repository %s: status: %w", repo, err)
 	}
 	for name, s := range st {
+		if sub != "." {
+			rel, ok := strings.CutPrefix(name, sub+"/")
+			if !ok {
+				continue
+			}
+			name = rel
+		}
 		switch {
 		case s.Worktree == git.Untracked:
 			rev.Changes = append(rev.Changes, "untracked "+name)

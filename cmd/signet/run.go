@@ -49,7 +49,7 @@ type runOptions struct {
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Repo, "repo", ".", "spec repository (a local Git repository, file://, http(s):// or ssh:// URL)")
+	fs.StringVar(&o.Repo, "repo", ".", repoUsage)
 	fs.StringVar(&o.Branch, "branch", "", "spec branch (default: the repository's current branch)")
 	fs.StringVar(&o.Path, "path", ".", "spec path inside the repository")
 	fs.StringVar(&o.Request, "request", "", "name of the CertificationRequest to run (required)")
@@ -75,7 +75,7 @@ const exitRunNotRun = exitUsage
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run --repo DIR --request NAME --trust FILE --key FILE",
+		Use:   "run --request NAME --trust FILE --key FILE",
 		Short: "Run one approved request now, with the local backend, and wait for its receipt",
 		Long: `Run one CertificationRequest of a spec repository once, as the reconciler would:
 verify its approvals against the trust policy, admit it, run its checks with the local

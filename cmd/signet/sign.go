@@ -22,7 +22,7 @@ func init() { addCommand(newSignCmd) }
 
 // signOptions are the flags of signet sign.
 type signOptions struct {
-	Path       string
+	Spec       specPathOptions
 	Key        string
 	Passphrase passphraseOptions
 	Objects    []string
@@ -34,7 +34,7 @@ type signOptions struct {
 
 // AddFlags registers the command's flags.
 func (o *signOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Path, "path", ".", "spec path inside the spec repository (e.g. a kustomize overlay)")
+	o.Spec.AddFlags(fs)
 	fs.StringVar(&o.Key, "key", "", "private key file (required)")
 	o.Passphrase.AddFlags(fs)
 	fs.StringArrayVar(&o.Objects, "object", nil, "KIND/NAME to approve (repeatable; default: every object)")
@@ -56,10 +56,11 @@ type signJSON struct {
 func newSignCmd() *cobra.Command {
 	o := &signOptions{}
 	cmd := &cobra.Command{
-		Use:   "sign [REPO] --key FILE [--object KIND/NAME ...]",
+		Use:   "sign [PATH] --key FILE [--object KIND/NAME ...]",
 		Short: "Approve spec objects or actions: write a signed approval",
-		Long: `Render the spec path (--path, default ".") of the spec repository REPO (default
-".") and write ONE approval under <REPO>/<path>/.signet/approvals/: a DSSE
+		Long: `Render the spec path PATH (default ".", a directory inside the repository) of the
+spec repository --repo (default ".") and write ONE approval under
+<repo>/<PATH>/.signet/approvals/: a DSSE
 envelope of an in-toto statement (predicate type https://signet.dev/approval/v1)
 whose subjects are the chosen objects with the sha256 of their canonical JSON.
 With --action cancel|release it approves that action on the requests named by
@@ -71,15 +72,14 @@ existing file is never overwritten.
 Exit status (signet help exit-codes): 0 written, 1 the specs have findings, 2 usage
 or I/O error (unknown object, unreadable key, existing file).`,
 		Example: `  signet sign --key alice.key --object CertificationProfile/h100-burnin
-  signet sign specs --key alice.key --object CertificationRequest/batch-7 --action release --clusters east
+  signet sign --repo specs --key alice.key --object CertificationRequest/batch-7 --action release --clusters east
   signet sign --key alice.key --passphrase-env SIGNET_PASSPHRASE --expires 720h`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			repo := "."
-			if len(args) == 1 {
-				repo = args[0]
+			if err := o.Spec.resolve(cmd, args); err != nil {
+				return err
 			}
-			return o.run(cmd, repo, time.Now())
+			return o.run(cmd, o.Spec.Repo.Repo, time.Now())
 		},
 	}
 	o.AddFlags(cmd.Flags())
@@ -115,10 +115,11 @@ func (o *signOptions) run(cmd *cobra.Command, repo string, now time.Time) error 
 	if err != nil {
 		return err
 	}
-	r, _, dir, err := renderForApprovals(repo, o.Path)
+	r, _, dir, err := renderForApprovals(repo, o.Spec.Path)
 	if err != nil {
 		return err
 	}
+	noteBundleRoot(cmd.ErrOrStderr(), repo, dir, r)
 	if rev, err := openRevision(repo); err == nil {
 		rev.noteDrift(cmd.ErrOrStderr(), "the working tree (an approval is of the objects as they are there)")
 	}
@@ -255,7 +256,7 @@ func specPathIn(repo, sub string) (string, error) {
 	}
 	dir := path.Clean(filepath.ToSlash(sub))
 	if !fs.ValidPath(dir) {
-		return "", &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", sub)}
+		return "", &usageError{fmt.Errorf("PATH %q is not a relative path inside the repository", sub)}
 	}
 	return dir, nil
 }

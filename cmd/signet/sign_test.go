@@ -73,7 +73,7 @@ func TestSign(t *testing.T) {
 	repo := copySpecRepo(t)
 	alice, aliceID := newTestKey(t, dir, "alice")
 
-	out, stderr, code := runSigningCLI(t, "sign", repo, "--key", alice+".key", "--object", "CertificationProfile/local-smoke",
+	out, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key", "--object", "CertificationProfile/local-smoke",
 		"--object", "request/local-smoke-localhost", "--clusters", "east,west", "--expires", "720h", "-o", "json")
 	require.Equal(t, 0, code, stderr)
 	var got signJSON
@@ -93,7 +93,7 @@ func TestSign(t *testing.T) {
 	assert.False(t, a.Expires.IsZero())
 
 	// An action approval names the request with #release.
-	out, stderr, code = runSigningCLI(t, "sign", repo, "--key", alice+".key", "--object", "CertificationRequest/local-smoke-localhost", "--action", "release", "-o", "json")
+	out, stderr, code = runSigningCLI(t, "sign", "--repo", repo, "--key", alice+".key", "--object", "CertificationRequest/local-smoke-localhost", "--action", "release", "-o", "json")
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, "CertificationRequest/local-smoke-localhost#release", got.Subjects[0].Name)
@@ -119,16 +119,16 @@ func TestSignRefuses(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no key", []string{"sign", repo}, 2, "required: --key"},
-		{"unknown object", []string{"sign", repo, "--key", alice + ".key", "--object", "CertificationProfile/nope"}, 2, `no CertificationProfile named "nope"`},
-		{"bad kind", []string{"sign", repo, "--key", alice + ".key", "--object", "Pod/x"}, 2, "kind \"Pod\""},
-		{"action on a profile", []string{"sign", repo, "--key", alice + ".key", "--object", "CertificationProfile/local-smoke", "--action", "cancel"}, 2, "applies only to CertificationRequest"},
-		{"action without object", []string{"sign", repo, "--key", alice + ".key", "--action", "cancel"}, 2, "--action needs --object"},
-		{"bad action", []string{"sign", repo, "--key", alice + ".key", "--object", "request/local-smoke-localhost", "--action", "stop"}, 2, `--action: "stop"`},
-		{"expiry in the past", []string{"sign", repo, "--key", alice + ".key", "--expires", "2001-01-01T00:00:00Z"}, 2, "not in the future"},
-		{"bad cluster", []string{"sign", repo, "--key", alice + ".key", "--clusters", "East"}, 2, "not a DNS label"},
-		{"findings", []string{"sign", broken, "--key", alice + ".key"}, 1, "finding(s)"},
-		{"encrypted key without passphrase", []string{"sign", repo, "--key", enc + ".key"}, 2, "passphrase is required (give it with --passphrase-file or --passphrase-env"},
+		{"no key", []string{"sign", "--repo", repo}, 2, "required: --key"},
+		{"unknown object", []string{"sign", "--repo", repo, "--key", alice + ".key", "--object", "CertificationProfile/nope"}, 2, `no CertificationProfile named "nope"`},
+		{"bad kind", []string{"sign", "--repo", repo, "--key", alice + ".key", "--object", "Pod/x"}, 2, "kind \"Pod\""},
+		{"action on a profile", []string{"sign", "--repo", repo, "--key", alice + ".key", "--object", "CertificationProfile/local-smoke", "--action", "cancel"}, 2, "applies only to CertificationRequest"},
+		{"action without object", []string{"sign", "--repo", repo, "--key", alice + ".key", "--action", "cancel"}, 2, "--action needs --object"},
+		{"bad action", []string{"sign", "--repo", repo, "--key", alice + ".key", "--object", "request/local-smoke-localhost", "--action", "stop"}, 2, `--action: "stop"`},
+		{"expiry in the past", []string{"sign", "--repo", repo, "--key", alice + ".key", "--expires", "2001-01-01T00:00:00Z"}, 2, "not in the future"},
+		{"bad cluster", []string{"sign", "--repo", repo, "--key", alice + ".key", "--clusters", "East"}, 2, "not a DNS label"},
+		{"findings", []string{"sign", "--repo", broken, "--key", alice + ".key"}, 1, "finding(s)"},
+		{"encrypted key without passphrase", []string{"sign", "--repo", repo, "--key", enc + ".key"}, 2, "passphrase is required (give it with --passphrase-file or --passphrase-env"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runSigningCLI(t, tc.args...)
@@ -138,7 +138,7 @@ func TestSignRefuses(t *testing.T) {
 	}
 	assert.Empty(t, approvalFiles(t, repo), "a refused sign writes nothing")
 
-	_, stderr, code := runSigningCLI(t, "sign", repo, "--key", enc+".key", "--passphrase-env", "SIGNET_TEST_PASS_SIGN")
+	_, stderr, code := runSigningCLI(t, "sign", "--repo", repo, "--key", enc+".key", "--passphrase-env", "SIGNET_TEST_PASS_SIGN")
 	require.Equal(t, 0, code, stderr)
 	assert.NotContains(t, stderr, "zebra")
 }

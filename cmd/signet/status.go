@@ -58,7 +58,7 @@ func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 func newStatusCmd() *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status --repo R",
+		Use:   "status",
 		Short: "List the runs of an evidence branch and each node's latest verdict",
 		Long: `List the runs of an evidence branch (through its run-ID index) with their phase, derived
 from which documents exist, their verdict and receipt sequence, and each node's latest
@@ -78,8 +78,8 @@ that holds (none, expired, or its identity changed).
 Runs that did not pass list each check that did not pass with its verdict and reason.
 
 Exit status: 0, or 2 when the branch or a reconciler's status could not be read.`,
-		Example: "  signet status --repo .\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml\n" +
-			"  signet status --repo . --reconciler http://127.0.0.1:8080",
+		Example: "  signet status\n  signet status --repo https://git.example.invalid/fleet/specs.git -o yaml\n" +
+			"  signet status --reconciler http://127.0.0.1:8080",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,21 +17,10 @@ import (
 
 func init() { addCommand(newValidateCmd) }
 
-// specPathOptions names the spec path inside a spec repository, shared by
-// the commands that render one.
-type specPathOptions struct {
-	Path string
-}
-
-// AddFlags registers --path.
-func (o *specPathOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Path, "path", ".", "spec path inside the spec repository (e.g. a kustomize overlay)")
-}
-
-// render renders the spec path of the spec repository in directory repo.
-// A missing or unreadable repository is an I/O error; a --path outside it a
-// usage error.
-func (o *specPathOptions) render(repo string) (*specs.Rendering, error) {
+// render renders the spec path of the spec repository (resolve has set
+// them). A missing or unreadable repository is an I/O error.
+func (o *specPathOptions) render() (*specs.Rendering, error) {
+	repo := o.Repo.Repo
 	st, err := os.Stat(repo)
 	if err != nil {
 		return nil, fmt.Errorf("spec repository: %w", err)
@@ -42,11 +28,7 @@ func (o *specPathOptions) render(repo string) (*specs.Rendering, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("spec repository %s is not a directory", repo)
 	}
-	dir := path.Clean(filepath.ToSlash(o.Path))
-	if !fs.ValidPath(dir) {
-		return nil, &usageError{fmt.Errorf("--path %q is not a relative path inside the repository", o.Path)}
-	}
-	return specs.Render(os.DirFS(repo), dir)
+	return specs.Render(os.DirFS(repo), o.Path)
 }
 
 // validateOptions are the flags of signet validate.
@@ -83,29 +65,31 @@ type objectDigest struct {
 func newValidateCmd() *cobra.Command {
 	o := &validateOptions{Output: outputOptions{Annotations: true}}
 	cmd := &cobra.Command{
-		Use:   "validate [REPO]",
+		Use:   "validate [PATH]",
 		Short: "Check every spec of a spec repository and report all problems",
-		Long: `Render the spec path of the spec repository REPO (default ".") as the reconciler
-would, parse every signet document strictly and check every rule of the
+		Long: `Render the spec path PATH (default ".", a directory inside the repository, with
+or without a kustomization.yaml) of the spec repository --repo (default ".") as the
+reconciler would, parse every signet document strictly and check every rule of the
 specs: unknown fields, duplicate keys, YAML aliases, spec files over 1 MiB,
 names, digests, bundle pins against the bundle bytes, scripts, backends,
 deadlines, workloads, and requests against their profiles. Every problem is
 reported, with file:line:column, field and what is wrong (-o github: as
 GitHub Actions annotations; -o sarif: as SARIF 2.1.0).
 
-Bundle paths in profiles are relative to REPO; --path selects the spec path
-inside it (a directory, with or without a kustomization.yaml).
+Bundle paths in profiles are relative to the repository root (--repo), and
+PATH is relative to it too, as in signet diff.
 
 With --trust (and --cluster), every object or requested action that is not
 approved under the trust policy, and every unreadable approval file under
-<path>/.signet/approvals/, is a finding too (see signet approvals for details).
+<PATH>/.signet/approvals/, is a finding too (see signet approvals for details).
 
 It reads the files as they are in the working tree; when they differ from the
 commit HEAD names (what signet run and the reconciler read), a note on stderr
 names the files.
 
 Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
-		Example: "  signet validate examples/spec-repo\n  signet validate examples/spec-repo --path overlays/cluster-b -o json\n" +
+		Example: "  signet validate                # the spec repository in the current directory\n" +
+			"  signet validate --repo examples/spec-repo\n  signet validate --repo examples/spec-repo overlays/cluster-b -o json\n" +
 			"  signet validate -o github   # in a GitHub Actions step: findings annotate the PR's lines\n" +
 			"  signet validate -o sarif > signet.sarif   # for code scanning",
 		Args: cobra.MaximumNArgs(1),
@@ -113,17 +97,18 @@ Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 			if err := o.Output.Validate(); err != nil {
 				return err
 			}
-			repo := "."
-			if len(args) == 1 {
-				repo = args[0]
+			if err := o.Spec.resolve(cmd, args); err != nil {
+				return err
 			}
-			report, err := o.validate(cmd.Context(), repo)
+			repo := o.Spec.Repo.Repo
+			report, r, err := o.validate(cmd.Context())
 			if err != nil {
 				return ioFailure(err)
 			}
 			if err := o.print(cmd.OutOrStdout(), report); err != nil {
 				return ioFailure(err)
 			}
+			noteBundleRoot(cmd.ErrOrStderr(), repo, o.Spec.Path, r)
 			// A status that cannot be read changes nothing validate says.
 			if rev, err := openRevision(repo); err == nil {
 				rev.noteDrift(cmd.ErrOrStderr(), "the working tree")
@@ -138,16 +123,17 @@ Exit status: 0 valid, 1 findings, 2 usage or I/O error.`,
 	return cmd
 }
 
-// validate renders repo and returns the report; the error is for a
-// repository that cannot be read at all.
-func (o *validateOptions) validate(_ context.Context, repo string) (*validateReport, error) {
-	r, err := o.Spec.render(repo)
+// validate renders the spec path and returns the report and the rendering;
+// the error is for a repository that cannot be read at all.
+func (o *validateOptions) validate(_ context.Context) (*validateReport, *specs.Rendering, error) {
+	repo := o.Spec.Repo.Repo
+	r, err := o.Spec.render()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	report := &validateReport{
 		Repo:     repo,
-		Path:     path.Clean(filepath.ToSlash(o.Spec.Path)),
+		Path:     o.Spec.Path,
 		Objects:  []objectDigest{},
 		Findings: []specs.Finding{},
 	}
@@ -157,11 +143,11 @@ func (o *validateOptions) validate(_ context.Context, repo string) (*validateRep
 	report.Findings = append(report.Findings, r.Findings...)
 	approvals, err := o.Trust.findings(r, repo, o.Spec.Path, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	report.Findings = append(report.Findings, approvals...)
 	report.Valid = len(report.Findings) == 0
-	return report, nil
+	return report, r, nil
 }
 
 // print writes the report as JSON or as one line per finding followed by a
@@ -190,7 +176,7 @@ func (o *validateOptions) print(w io.Writer, r *validateReport) error {
 	}
 	where := r.Repo
 	if r.Path != "." {
-		where += " --path " + r.Path
+		where += ", path " + r.Path
 	}
 	if r.Valid {
 		_, err := fmt.Fprintf(w, "%s: valid (%d profiles, %d requests)\n", where, profiles, requests)

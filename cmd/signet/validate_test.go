@@ -52,14 +52,14 @@ func TestValidateGolden(t *testing.T) {
 		args         []string
 		wantCode     int
 	}{
-		{"valid text", "validate-valid.golden", []string{"validate", "testdata/specrepo-valid"}, 0},
-		{"valid json", "validate-valid.json.golden", []string{"validate", "testdata/specrepo-valid", "--output", "json"}, 0},
-		{"invalid text", "validate-invalid.golden", []string{"validate", "testdata/specrepo-invalid"}, 1},
-		{"invalid json", "validate-invalid.json.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "json"}, 1},
-		{"spec path", "validate-path.golden", []string{"validate", "testdata/specrepo-invalid", "--path", "requests"}, 1},
-		{"invalid yaml", "validate-invalid.yaml.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "yaml"}, 1},
-		{"invalid github", "validate-invalid.github.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "github"}, 1},
-		{"invalid sarif", "validate-invalid.sarif.golden", []string{"validate", "testdata/specrepo-invalid", "-o", "sarif"}, 1},
+		{"valid text", "validate-valid.golden", []string{"validate", "--repo", "testdata/specrepo-valid"}, 0},
+		{"valid json", "validate-valid.json.golden", []string{"validate", "--repo", "testdata/specrepo-valid", "--output", "json"}, 0},
+		{"invalid text", "validate-invalid.golden", []string{"validate", "--repo", "testdata/specrepo-invalid"}, 1},
+		{"invalid json", "validate-invalid.json.golden", []string{"validate", "--repo", "testdata/specrepo-invalid", "-o", "json"}, 1},
+		{"spec path", "validate-path.golden", []string{"validate", "--repo", "testdata/specrepo-invalid", "requests"}, 1},
+		{"invalid yaml", "validate-invalid.yaml.golden", []string{"validate", "--repo", "testdata/specrepo-invalid", "-o", "yaml"}, 1},
+		{"invalid github", "validate-invalid.github.golden", []string{"validate", "--repo", "testdata/specrepo-invalid", "-o", "github"}, 1},
+		{"invalid sarif", "validate-invalid.sarif.golden", []string{"validate", "--repo", "testdata/specrepo-invalid", "-o", "sarif"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,13 +78,13 @@ func TestValidateGolden(t *testing.T) {
 // root, its line and column, and the SARIF log is 2.1.0 with one result
 // per finding at the same place.
 func TestValidateAnnotations(t *testing.T) {
-	out, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "json")
+	out, _, code := runSpecsCLI(t, "validate", "--repo", "testdata/specrepo-invalid", "-o", "json")
 	require.Equal(t, 1, code)
 	var report validateReport
 	require.NoError(t, json.Unmarshal([]byte(out), &report))
 	require.NotEmpty(t, report.Findings)
 
-	gh, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "github")
+	gh, _, code := runSpecsCLI(t, "validate", "--repo", "testdata/specrepo-invalid", "-o", "github")
 	require.Equal(t, 1, code)
 	lines := strings.Split(strings.TrimSpace(gh), "\n")
 	require.Len(t, lines, len(report.Findings))
@@ -92,7 +92,7 @@ func TestValidateAnnotations(t *testing.T) {
 		assert.True(t, strings.HasPrefix(lines[i], fmt.Sprintf("::error file=testdata/specrepo-invalid/%s,line=%d,col=%d,title=signet validate::", f.File, f.Line, f.Column)), lines[i])
 	}
 
-	sa, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "sarif")
+	sa, _, code := runSpecsCLI(t, "validate", "--repo", "testdata/specrepo-invalid", "-o", "sarif")
 	require.Equal(t, 1, code)
 	var log sarifLog
 	require.NoError(t, json.Unmarshal([]byte(sa), &log))
@@ -113,7 +113,7 @@ func TestValidateAnnotations(t *testing.T) {
 }
 
 func TestValidateJSONShape(t *testing.T) {
-	out, _, code := runSpecsCLI(t, "validate", "testdata/specrepo-invalid", "-o", "json")
+	out, _, code := runSpecsCLI(t, "validate", "--repo", "testdata/specrepo-invalid", "-o", "json")
 	require.Equal(t, 1, code)
 	var report validateReport
 	require.NoError(t, json.Unmarshal([]byte(out), &report))
@@ -134,11 +134,13 @@ func TestValidateExitCodes(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"missing repository", []string{"validate", "testdata/no-such-repo"}, 2, "no such file or directory"},
-		{"repository is a file", []string{"validate", "testdata/validate-valid.golden"}, 2, "is not a directory"},
-		{"missing spec path", []string{"validate", "testdata/specrepo-valid", "--path", "nope"}, 2, "nope"},
-		{"spec path escapes", []string{"validate", "testdata/specrepo-valid", "--path", "../specrepo-invalid"}, 2, "not a relative path inside the repository"},
-		{"bad output format", []string{"validate", "testdata/specrepo-valid", "-o", "xml"}, 2, `"xml" is not text, json, yaml, github or sarif`},
+		{"missing repository", []string{"validate", "--repo", "testdata/no-such-repo"}, 2, "no such file or directory"},
+		{"repository is a file", []string{"validate", "--repo", "testdata/validate-valid.golden"}, 2, "is not a directory"},
+		{"missing spec path", []string{"validate", "--repo", "testdata/specrepo-valid", "nope"}, 2, "nope"},
+		{"spec path escapes", []string{"validate", "--repo", "testdata/specrepo-valid", "../specrepo-invalid"}, 2, `PATH "../specrepo-invalid" is outside --repo "testdata/specrepo-valid"`},
+		{"deprecated --path and PATH", []string{"validate", "--repo", "testdata/specrepo-valid", "requests", "--path", "requests"}, 2, "give the spec path once"},
+		{"URL repository", []string{"validate", "--repo", "https://git.example.invalid/specs.git"}, 2, `--repo "https://git.example.invalid/specs.git": this command reads a local directory`},
+		{"bad output format", []string{"validate", "--repo", "testdata/specrepo-valid", "-o", "xml"}, 2, `"xml" is not text, json, yaml, github or sarif`},
 		{"two arguments", []string{"validate", "a", "b"}, 2, "accepts at most 1 arg"},
 		{"unknown flag", []string{"validate", "--frobnicate"}, 2, "unknown flag"},
 	}
@@ -156,7 +158,7 @@ func TestValidateExitCodes(t *testing.T) {
 // validates; it must stay valid, at the root and in its overlay.
 func TestValidateExampleSpecRepo(t *testing.T) {
 	repo := filepath.Join("..", "..", "examples", "spec-repo")
-	for _, args := range [][]string{{"validate", repo}, {"validate", repo, "--path", "overlays/cluster-b"}} {
+	for _, args := range [][]string{{"validate", "--repo", repo}, {"validate", "--repo", repo, "overlays/cluster-b"}} {
 		t.Run(strings.Join(args[2:], " "), func(t *testing.T) {
 			out, errOut, code := runSpecsCLI(t, args...)
 			assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)

@@ -43,7 +43,7 @@ func (o *verifyOptions) AddFlags(fs *pflag.FlagSet) {
 func newVerifyCmd() *cobra.Command {
 	o := &verifyOptions{}
 	cmd := &cobra.Command{
-		Use:   "verify RUN --repo R --trust FILE",
+		Use:   "verify RUN --trust FILE",
 		Short: "Verify one run on an evidence branch: its verdict, per check and per node, and every binding",
 		Long: `Verify one run the way signet audit verifies every run: find it through the run-ID index,
 replay the history of its directory since admission (commit signatures included), verify
@@ -56,7 +56,7 @@ script's summary and measurements, the duration and, for a non-Pass, the last li
 its stderr. Signers and approvers are named by their owners in the trust policy.
 
 Exit status: 0 verified, 1 findings, 2 usage error or the run could not be read.`,
-		Example: "  signet verify batch-7 --repo . --trust trust.yaml --cluster east\n  signet verify batch-7 --repo . --trust trust.yaml -o json",
+		Example: "  signet verify batch-7 --trust trust.yaml --cluster east\n  signet verify batch-7 --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}

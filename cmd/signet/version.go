@@ -14,9 +14,10 @@ func init() { addCommand(newVersionCmd) }
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print signet's version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print signet's version",
+		Example: "  signet version\n  signet --version   # the same line",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "signet", versionString())
 			return err

@@ -107,148 +107,258 @@ func baseEnv() []string {
 	return env
 }
 
-type workflow struct {
-	Jobs map[string]struct {
-		Env   map[string]string `json:"env"`
-		Steps []struct {
-			Name            string            `json:"name"`
-			Uses            string            `json:"uses"`
-			Run             string            `json:"run"`
-			Env             map[string]string `json:"env"`
-			ContinueOnError bool              `json:"continue-on-error"`
-		} `json:"steps"`
-	} `json:"jobs"`
-}
-
 var expression = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
 
-// TestGitHubWorkflow runs every `run:` step of examples/ci/spec-pr.yaml
-// verbatim, as GitHub's runner does (bash -eo pipefail, $GITHUB_PATH,
-// $GITHUB_STEP_SUMMARY, continue-on-error; the checkout and setup-go
-// steps are what the test arranges), with its repository variables
+type job struct {
+	Env   map[string]string `json:"env"`
+	Steps []struct {
+		Name            string            `json:"name"`
+		Uses            string            `json:"uses"`
+		Run             string            `json:"run"`
+		Env             map[string]string `json:"env"`
+		ContinueOnError bool              `json:"continue-on-error"`
+	} `json:"steps"`
+}
+
+// gitHubJob reads the job signet of examples/ci/spec-pr.yaml.
+func gitHubJob(t *testing.T) job {
+	t.Helper()
+	b, err := os.ReadFile("spec-pr.yaml")
+	require.NoError(t, err)
+	var wf struct {
+		Jobs map[string]job `json:"jobs"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &wf))
+	j, ok := wf.Jobs["signet"]
+	require.True(t, ok, "spec-pr.yaml has no job signet")
+	// The source is the repository variables', never a placeholder.
+	require.Equal(t, "${{ vars.SIGNET_GIT }}", j.Env["SIGNET_GIT"])
+	require.Equal(t, "${{ vars.SIGNET_COMMIT }}", j.Env["SIGNET_COMMIT"])
+	return j
+}
+
+// runGitHubJob runs every `run:` step of j verbatim in workspace, as
+// GitHub's runner does (bash -eo pipefail, $GITHUB_PATH,
+// $GITHUB_STEP_SUMMARY, continue-on-error; the checkout and setup-go steps
+// are what the test arranges), with vars as the repository variables
+// (GitHub gives an unset one as ""). It returns the output, the step that
+// failed the job ("" when none did) and the job summary.
+func runGitHubJob(t *testing.T, j job, vars map[string]string, workspace, runner string) (string, string, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	files := map[string]string{}
+	for _, k := range []string{"GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT"} {
+		files[k] = filepath.Join(tmp, strings.ToLower(k))
+		require.NoError(t, os.WriteFile(files[k], nil, 0o600))
+	}
+	var out strings.Builder
+	failed := ""
+	for _, st := range j.Steps {
+		if st.Run == "" {
+			continue
+		}
+		env := append(baseEnv(), "RUNNER_TEMP="+runner, "GITHUB_BASE_REF=main", "CI=true")
+		for k, p := range files {
+			env = append(env, k+"="+p)
+		}
+		for _, m := range []map[string]string{j.Env, st.Env} {
+			for k, v := range m {
+				v = expression.ReplaceAllStringFunc(v, func(e string) string {
+					name := expression.FindStringSubmatch(e)[1]
+					val, ok := vars[name]
+					require.True(t, ok, "step %q: expression %s is not one the test provides", st.Name, e)
+					return val
+				})
+				env = append(env, k+"="+v)
+			}
+		}
+		require.NotRegexp(t, expression, st.Run, "step %q: run: must use environment variables only", st.Name)
+		paths, err := os.ReadFile(files["GITHUB_PATH"])
+		require.NoError(t, err)
+		path := os.Getenv("PATH")
+		for _, p := range strings.Fields(string(paths)) {
+			path = p + ":" + path
+		}
+		env = append(env, "PATH="+path)
+		script := filepath.Join(tmp, "step.sh")
+		require.NoError(t, os.WriteFile(script, []byte(st.Run), 0o600))
+		cmd := exec.CommandContext(t.Context(), "bash", "--noprofile", "--norc", "-eo", "pipefail", script)
+		cmd.Dir, cmd.Env = workspace, env
+		o, err := cmd.CombinedOutput()
+		out.WriteString("## step " + st.Name + "\n" + string(o))
+		if err != nil && !st.ContinueOnError {
+			failed = st.Name
+			out.WriteString("## job failed at step " + st.Name + "\n")
+			break
+		}
+	}
+	summary, err := os.ReadFile(files["GITHUB_STEP_SUMMARY"])
+	require.NoError(t, err)
+	return out.String(), failed, string(summary)
+}
+
+// TestGitHubWorkflow runs the steps of examples/ci/spec-pr.yaml verbatim
+// (runGitHubJob) for each PR of prCases, with the repository variables
 // pointing at the fixture's trust policy and SIGNET_GIT/SIGNET_COMMIT at
 // this repository's HEAD.
 func TestGitHubWorkflow(t *testing.T) {
-	b, err := os.ReadFile("spec-pr.yaml")
-	require.NoError(t, err)
-	var wf workflow
-	require.NoError(t, yaml.Unmarshal(b, &wf))
-	job, ok := wf.Jobs["signet"]
-	require.True(t, ok, "spec-pr.yaml has no job signet")
-	require.Contains(t, job.Env, "SIGNET_GIT")
-	require.Contains(t, job.Env, "SIGNET_COMMIT")
+	j := gitHubJob(t)
 	src, commit := signetSource(t)
-
 	for _, c := range prCases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, c)
-			tmp := t.TempDir()
-			files := map[string]string{}
-			for _, k := range []string{"GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT"} {
-				files[k] = filepath.Join(tmp, strings.ToLower(k))
-				require.NoError(t, os.WriteFile(files[k], nil, 0o600))
+			vars := map[string]string{
+				"vars.SIGNET_TRUST_POLICY_URL": f.trustURL, "vars.SIGNET_TRUST_POLICY_SHA256": f.trustSHA,
+				"vars.SIGNET_GIT": src, "vars.SIGNET_COMMIT": commit,
 			}
-			runner := runnerDir
-			vars := map[string]string{"vars.SIGNET_TRUST_POLICY_URL": f.trustURL, "vars.SIGNET_TRUST_POLICY_SHA256": f.trustSHA}
-			jobEnv := map[string]string{}
-			for k, v := range job.Env {
-				jobEnv[k] = v
+			out, failed, summary := runGitHubJob(t, j, vars, f.workspace, runnerDir)
+			if failed != "" {
+				require.Equal(t, "Gate", failed, "only the gate may fail the job:\n%s", out)
 			}
-			jobEnv["SIGNET_GIT"], jobEnv["SIGNET_COMMIT"] = src, commit
-
-			var out strings.Builder
-			failed := false
-			for i, st := range job.Steps {
-				if st.Run == "" {
-					continue
-				}
-				env := append(baseEnv(), "RUNNER_TEMP="+runner, "GITHUB_BASE_REF=main", "CI=true")
-				for k, p := range files {
-					env = append(env, k+"="+p)
-				}
-				for _, m := range []map[string]string{jobEnv, st.Env} {
-					for k, v := range m {
-						v = expression.ReplaceAllStringFunc(v, func(e string) string {
-							name := expression.FindStringSubmatch(e)[1]
-							val, ok := vars[name]
-							require.True(t, ok, "step %q: expression %s is not one the test provides", st.Name, e)
-							return val
-						})
-						env = append(env, k+"="+v)
-					}
-				}
-				require.NotRegexp(t, expression, st.Run, "step %q: run: must use environment variables only", st.Name)
-				paths, err := os.ReadFile(files["GITHUB_PATH"])
-				require.NoError(t, err)
-				path := os.Getenv("PATH")
-				for _, p := range strings.Fields(string(paths)) {
-					path = p + ":" + path
-				}
-				env = append(env, "PATH="+path)
-				script := filepath.Join(tmp, "step.sh")
-				require.NoError(t, os.WriteFile(script, []byte(st.Run), 0o600))
-				cmd := exec.CommandContext(t.Context(), "bash", "--noprofile", "--norc", "-eo", "pipefail", script)
-				cmd.Dir, cmd.Env = f.workspace, env
-				o, err := cmd.CombinedOutput()
-				out.WriteString("## step " + st.Name + "\n" + string(o))
-				if err != nil && !st.ContinueOnError {
-					failed = true
-					out.WriteString("## job failed at step " + st.Name + "\n")
-					require.Equal(t, len(job.Steps)-1, i, "only the gate may fail the job:\n%s", out.String())
-					break
-				}
-			}
-			assert.Equal(t, c.pass, !failed, "job result:\n%s", out.String())
+			assert.Equal(t, c.pass, failed == "", "job result:\n%s", out)
 			for _, w := range c.want {
-				assert.Contains(t, out.String(), w)
+				assert.Contains(t, out, w)
 			}
-			summary, err := os.ReadFile(files["GITHUB_STEP_SUMMARY"])
-			require.NoError(t, err)
-			assert.Contains(t, string(summary), "### signet diff")
+			assert.Contains(t, summary, "### signet diff")
 			if c.name == "breaks a digest" {
-				assert.Contains(t, out.String(), "::error file=", "validate annotates the PR")
+				assert.Contains(t, out, "::error file=", "validate annotates the PR")
 			}
 		})
 	}
 }
 
-// TestGitLabJob runs the script of examples/ci/gitlab-ci.yml verbatim, as
-// GitLab's runner does (one bash -eo pipefail shell, the job's variables,
-// CI_MERGE_REQUEST_TARGET_BRANCH_NAME, CI_BUILDS_DIR).
-func TestGitLabJob(t *testing.T) {
+// unpinnedCases are source variables the jobs must refuse before fetching
+// anything: the variable to set is named, and no signet is built.
+var unpinnedCases = []struct {
+	name, git, commit, want string
+}{
+	{"SIGNET_GIT unset", "", "HEAD", "variable SIGNET_GIT is not set"},
+	{"SIGNET_COMMIT unset", "SRC", "", `variable SIGNET_COMMIT is "": set it to the full commit hash`},
+	{"SIGNET_COMMIT a branch", "SRC", "main", `variable SIGNET_COMMIT is "main": set it to the full commit hash`},
+	{"SIGNET_COMMIT abbreviated", "SRC", "SHORT", `variable SIGNET_COMMIT is "`},
+}
+
+// unpinnedSource is c's SIGNET_GIT and SIGNET_COMMIT: SRC is this
+// repository, HEAD its commit, SHORT its first 12 hex digits.
+func unpinnedSource(t *testing.T, git, commit string) (string, string) {
+	src, head := signetSource(t)
+	switch git {
+	case "SRC":
+		git = src
+	}
+	switch commit {
+	case "HEAD":
+		commit = head
+	case "SHORT":
+		commit = head[:12]
+	}
+	return git, commit
+}
+
+// TestGitHubWorkflowUnpinned: with SIGNET_GIT or SIGNET_COMMIT unset, or a
+// commit that is not a full hash, the build step fails naming the variable
+// and builds nothing.
+func TestGitHubWorkflowUnpinned(t *testing.T) {
+	j := gitHubJob(t)
+	for _, c := range unpinnedCases {
+		t.Run(c.name, func(t *testing.T) {
+			git, commit := unpinnedSource(t, c.git, c.commit)
+			runner := t.TempDir()
+			vars := map[string]string{
+				"vars.SIGNET_TRUST_POLICY_URL": "", "vars.SIGNET_TRUST_POLICY_SHA256": "",
+				"vars.SIGNET_GIT": git, "vars.SIGNET_COMMIT": commit,
+			}
+			out, failed, _ := runGitHubJob(t, j, vars, t.TempDir(), runner)
+			assert.Equal(t, "Build signet from its pinned source", failed, out)
+			assert.Contains(t, out, "::error::repository "+c.want)
+			assert.NoDirExists(t, filepath.Join(runner, "signet-src"), "nothing was fetched")
+			assert.NoFileExists(t, filepath.Join(runner, "bin", "signet"), "nothing was built")
+		})
+	}
+}
+
+type gitLabJob struct {
+	Variables map[string]string `json:"variables"`
+	Script    []string          `json:"script"`
+}
+
+// readGitLabJob reads the job signet of examples/ci/gitlab-ci.yml.
+func readGitLabJob(t *testing.T) gitLabJob {
+	t.Helper()
 	b, err := os.ReadFile("gitlab-ci.yml")
 	require.NoError(t, err)
-	var jobs map[string]struct {
-		Variables map[string]string `json:"variables"`
-		Script    []string          `json:"script"`
-	}
+	var jobs map[string]gitLabJob
 	require.NoError(t, yaml.Unmarshal(b, &jobs))
-	job, ok := jobs["signet"]
+	j, ok := jobs["signet"]
 	require.True(t, ok, "gitlab-ci.yml has no job signet")
-	require.NotEmpty(t, job.Script)
-	src, commit := signetSource(t)
+	require.NotEmpty(t, j.Script)
+	// The source is the CI/CD variables' (which take precedence over the
+	// job's), never a placeholder in the job.
+	require.NotContains(t, j.Variables, "SIGNET_GIT")
+	require.NotContains(t, j.Variables, "SIGNET_COMMIT")
+	return j
+}
 
+// runGitLabJob runs the script of j verbatim in workspace, as GitLab's
+// runner does (one bash -eo pipefail shell, the job's variables and the
+// CI/CD variables vars, CI_MERGE_REQUEST_TARGET_BRANCH_NAME,
+// CI_BUILDS_DIR), and returns its output and error.
+func runGitLabJob(t *testing.T, j gitLabJob, vars map[string]string, workspace, builds string) (string, error) {
+	t.Helper()
+	env := append(baseEnv(), "CI_BUILDS_DIR="+builds, "CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_PIPELINE_SOURCE=merge_request_event")
+	for k, v := range j.Variables {
+		env = append(env, k+"="+v)
+	}
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	cmd := exec.CommandContext(t.Context(), "bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", strings.Join(j.Script, "\n"))
+	cmd.Dir, cmd.Env = workspace, env
+	o, err := cmd.CombinedOutput()
+	return string(o), err
+}
+
+// TestGitLabJob runs the script of examples/ci/gitlab-ci.yml verbatim
+// (runGitLabJob) for each PR of prCases, its CI/CD variables pointing at
+// the fixture's trust policy and at this repository's HEAD.
+func TestGitLabJob(t *testing.T) {
+	j := readGitLabJob(t)
+	src, commit := signetSource(t)
 	for _, c := range prCases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, c)
-			env := append(baseEnv(), "CI_BUILDS_DIR="+runnerDir, "CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_PIPELINE_SOURCE=merge_request_event",
-				"SIGNET_TRUST_POLICY_URL="+f.trustURL, "SIGNET_TRUST_POLICY_SHA256="+f.trustSHA)
-			for k, v := range job.Variables {
-				switch k {
-				case "SIGNET_GIT":
-					v = src
-				case "SIGNET_COMMIT":
-					v = commit
-				}
-				env = append(env, k+"="+v)
-			}
-			cmd := exec.CommandContext(t.Context(), "bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", strings.Join(job.Script, "\n"))
-			cmd.Dir, cmd.Env = f.workspace, env
-			o, err := cmd.CombinedOutput()
+			o, err := runGitLabJob(t, j, map[string]string{
+				"SIGNET_TRUST_POLICY_URL": f.trustURL, "SIGNET_TRUST_POLICY_SHA256": f.trustSHA,
+				"SIGNET_GIT": src, "SIGNET_COMMIT": commit,
+			}, f.workspace, runnerDir)
 			assert.Equal(t, c.pass, err == nil, "job result (%v):\n%s", err, o)
 			for _, w := range c.want {
-				assert.Contains(t, string(o), w)
+				assert.Contains(t, o, w)
 			}
+		})
+	}
+}
+
+// TestGitLabJobUnpinned: as TestGitHubWorkflowUnpinned, for the GitLab
+// job (an unset CI/CD variable is absent from the environment).
+func TestGitLabJobUnpinned(t *testing.T) {
+	j := readGitLabJob(t)
+	for _, c := range unpinnedCases {
+		t.Run(c.name, func(t *testing.T) {
+			git, commit := unpinnedSource(t, c.git, c.commit)
+			vars := map[string]string{}
+			if git != "" {
+				vars["SIGNET_GIT"] = git
+			}
+			if commit != "" {
+				vars["SIGNET_COMMIT"] = commit
+			}
+			builds := t.TempDir()
+			o, err := runGitLabJob(t, j, vars, t.TempDir(), builds)
+			require.Error(t, err, o)
+			assert.Contains(t, o, "CI/CD "+c.want)
+			assert.NoDirExists(t, filepath.Join(builds, "signet-src"), "nothing was fetched")
+			assert.NoFileExists(t, filepath.Join(builds, "bin", "signet"), "nothing was built")
 		})
 	}
 }

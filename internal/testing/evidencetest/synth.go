@@ -130,21 +130,38 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 	for i := range checks {
 		fmt.Fprintf(&yaml, "  - name: check-%d\n    script: ok.sh\n    backend: local\n    deadline: 60s\n", i)
 	}
-	for i := range runs {
-		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: run-%06d\nspec:\n  profile: synthetic\n  nodes: [localhost]\n", i)
-	}
 	w, err := newWriter(ctx, filepath.Join(dir, "remote.git"), filepath.Join(dir, "state"), "synthetic", "node-1", yaml.String(), key, approver)
 	if err != nil {
 		return nil, err
 	}
 	defer w.store.Close()
-	for _, req := range w.requests {
-		if err := w.run(ctx, req, false); err != nil {
+	// Each run has its own request and an approval of it and the
+	// profile, as a real run does: one approval of every request would
+	// make each run's copy grow with the branch.
+	w.perRun = true
+	for i := range runs {
+		doc := fmt.Sprintf("apiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: run-%06d\nspec:\n  profile: synthetic\n  nodes: [localhost]\n", i)
+		objs, findings := specs.ParseDocuments("request.yaml", []byte(doc))
+		if len(findings) > 0 || len(objs) != 1 {
+			return nil, fmt.Errorf("specs: %v", findings)
+		}
+		if err := w.run(ctx, objs[0], false); err != nil {
 			return nil, err
+		}
+		// Every append leaves a pack on the remote; past some 10^5 of
+		// them git cannot map them all. Combine them geometrically.
+		if (i+1)%synthRepackEvery == 0 {
+			if _, err := Git(filepath.Join(dir, "remote.git"), nil, "repack", "-d", "-q", "--geometric=2"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return &Synthetic{Remote: filepath.Join(dir, "remote.git"), Policy: w.policy, Reconciler: key, Runs: int(w.seq), Documents: w.docs}, nil
 }
+
+// synthRepackEvery is how many runs Synthesize appends between
+// repacks of its remote.
+const synthRepackEvery = 250
 
 // synthScript is the one file, ok.sh, of the synthetic profiles' bundle.
 var synthScript = []byte("#!/bin/sh\nexit 0\n")
@@ -171,10 +188,13 @@ type writer struct {
 	standing      *specs.Object
 	// approval approves every spec object.
 	approval []byte
-	script   []byte
-	seq      int64
-	prev     *evidence.FileRef
-	docs     int
+	// perRun: each run copies an approval of its own request and the
+	// profile instead of approval.
+	perRun bool
+	script []byte
+	seq    int64
+	prev   *evidence.FileRef
+	docs   int
 }
 
 // newWriter creates the bare repository remote, a trust policy of key
@@ -297,7 +317,14 @@ func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, no
 	snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid, BootID: "boot", Kernel: "6.1"}, "", "  ")
 	snapF := evidence.File{Path: evidence.NodePath(dir, w.node), Data: snap}
 	snapSubj := []signing.Subject{signing.SubjectFor(snapF.Path, specs.DigestOf(snap))}
-	apF := evidence.File{Path: evidence.ApprovalPath(dir, "approval.json"), Data: w.approval}
+	approval := w.approval
+	if w.perRun {
+		var err error
+		if approval, err = w.approve([]signing.Subject{signing.SubjectFor(w.prof.Ref(), w.prof.Digest), signing.SubjectFor(req.Ref(), req.Digest)}); err != nil {
+			return err
+		}
+	}
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, "approval.json"), Data: approval}
 	reqRef := evidence.ObjectRef{Kind: req.Kind, Name: req.Name, Digest: req.Digest}
 	adm := evidence.Admission{
 		Cluster: w.cluster, Run: run, AdmittedAt: now, SpecCommit: strings.Repeat("a", 40), SpecPath: ".",

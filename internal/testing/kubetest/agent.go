@@ -118,6 +118,24 @@ type AgentOptions struct {
 	// LogLimit is how many bytes of each container's output the agent keeps
 	// (the tail); 0 means 1 MiB.
 	LogLimit int
+	// Entrypoints maps an image reference (as in Images) to that image's
+	// entrypoint (the image config's Entrypoint): a container of the image
+	// without a command runs the entrypoint with the container's args, as a
+	// container runtime does. A container without a command whose image
+	// has no entrypoint here runs the idle process (see Agent).
+	Entrypoints map[string][]string
+	// Chroot runs each container whose image has a root directory in
+	// Images as a runtime would, instead of rewriting paths: in new user
+	// and mount namespaces (util-linux unshare, root mapped to the test's
+	// user), chrooted into the image root, with every volumeMount
+	// bind-mounted at its mountPath and the host's /proc and /dev at /proc
+	// and /dev. A path a program reads from a file (a config naming
+	// /etc/app/key) then reaches the volume, which rewriting arguments
+	// cannot do. Mount points are created as empty directories in the
+	// image's root directory. Command, args, env and workingDir are not
+	// rewritten; the process starts in "/" (chroot's default). readOnly
+	// mounts are not made read-only. The network is still the host's.
+	Chroot bool
 }
 
 // Agent plays the kubelet of simulated nodes, as far as its container
@@ -130,8 +148,14 @@ type AgentOptions struct {
 //     files, with the items' paths and modes (default defaultMode, else
 //     0644) — plain files, not the kubelet's atomically swapped ..data
 //     symlink, and never updated afterwards; while a non-optional object is
-//     missing the pod stays Pending (waiting ContainerCreating). A hostPath
-//     volume is the host path itself. Any other volume type is not
+//     missing the pod stays Pending (waiting ContainerCreating). A projected
+//     volume is such a directory of its sources: configMap, secret,
+//     downwardAPI (fieldRef metadata.name, metadata.namespace, metadata.uid,
+//     spec.nodeName, spec.serviceAccountName) and serviceAccountToken, a
+//     token of the pod's ServiceAccount from the TokenRequest API bound to
+//     the pod (its audience and expirationSeconds, default 1 h), as the
+//     kubelet's projected service-account token — written once, never
+//     rotated. A hostPath volume is the host path itself. Any other volume type is not
 //     supported: the pod stays Pending with reason ContainerCreating and a
 //     message naming the volume.
 //   - Paths: a container runs on the host's filesystem, not in one of its
@@ -153,7 +177,15 @@ type AgentOptions struct {
 //     metadata.namespace, metadata.uid, spec.nodeName, spec.serviceAccountName,
 //     status.podIP and status.hostIP are set; any other valueFrom, and any
 //     envFrom, leaves the container waiting with reason
-//     CreateContainerConfigError (the pod stays Pending).
+//     CreateContainerConfigError (the pod stays Pending). A pod with a
+//     serviceAccountToken volume source also gets KUBERNETES_SERVICE_HOST
+//     and KUBERNETES_SERVICE_PORT, the API server's loopback address and
+//     port: they stand for the kubernetes Service's cluster IP, which
+//     kube-proxy would forward there, so that client-go's in-cluster
+//     configuration (with the token and ca.crt at
+//     /var/run/secrets/kubernetes.io/serviceaccount, see Chroot) reaches
+//     the API server as the pod's ServiceAccount. The kubelet sets them in
+//     every pod; the agent only where they can be used.
 //   - Processes: init containers run in order, then all regular containers
 //     concurrently, each as a local process in its own process group with
 //     stdout and stderr kept in a bounded buffer (Logs). A container without
@@ -175,8 +207,16 @@ type AgentOptions struct {
 //     with each container's terminated state (exitCode, 128+signal when
 //     killed; reason Completed or Error; message per the kubelet's rule,
 //     see MaxContainerTerminationMessageLength; startedAt, finishedAt).
-//     Conditions Initialized, ContainersReady and Ready follow; no probe
-//     runs, a running container is ready.
+//     Conditions Initialized, ContainersReady and Ready follow. A running
+//     container without a readinessProbe is ready; one with an httpGet
+//     readinessProbe is ready once a GET of http://PodIP:port/path (a
+//     named port is looked up in the container's ports) answers 200–399,
+//     and not ready after failureThreshold (default 3) failures in a row:
+//     the first probe at initialDelaySeconds, then every periodSeconds but
+//     at most 1 s apart (the kubelet's default is 10 s; tests need not
+//     wait), each with timeoutSeconds (default 1 s). Other probe handlers
+//     leave the container not ready; liveness and startup probes do not
+//     run.
 //   - Deletion: once a pod has a deletionTimestamp, its process groups get
 //     TERM then KILL after min(grace, 2 s), and the agent deletes the pod with
 //     grace period 0 (the kubelet's confirmation), so that foreground
@@ -184,8 +224,9 @@ type AgentOptions struct {
 //     without that is killed at once.
 //
 // It does not simulate images (nothing is pulled, the image is a directory),
-// isolation (no namespaces, cgroups, resource limits or users: processes run
-// as the test's user on the host network and filesystem), probes,
+// isolation (no cgroups, resource limits or users; without Chroot no
+// namespaces either: processes run as the test's user on the host network
+// and filesystem), liveness and startup probes,
 // lifecycle hooks, sidecar (restartPolicy Always) init containers,
 // ephemeral containers, node status heartbeats, eviction, or the kubelet's
 // API (pods/log, exec through the API server do not work: use Logs).

@@ -2,11 +2,16 @@ package kubetest
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"signet.dev/signet/internal/procutil"
@@ -139,6 +145,62 @@ func TestAgent(t *testing.T) {
 		assert.NotEmpty(t, got.Status.ContainerStatuses[0].ContainerID)
 		assert.False(t, main.FinishedAt.Before(&main.StartedAt))
 		assert.Equal(t, "node=gpu-1\n", a.Logs("default", "fails", "check"))
+	})
+
+	t.Run("readiness probe and projected service-account volume", func(t *testing.T) {
+		var healthy atomic.Bool
+		var probes atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/ready" {
+				http.NotFound(w, r)
+				return
+			}
+			probes.Add(1)
+			if !healthy.Load() {
+				http.Error(w, "not yet", http.StatusServiceUnavailable)
+			}
+		}))
+		defer srv.Close()
+		_, portText, err := net.SplitHostPort(srv.Listener.Addr().String())
+		require.NoError(t, err)
+		port, err := strconv.Atoi(portText)
+		require.NoError(t, err)
+		p := shPod("probed", "gpu-1", `test -s "$1" && echo "ns=$(cat "$2") api=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; exec sleep infinity`,
+			"/sa/token", "/sa/namespace")
+		p.Spec.ServiceAccountName = "default" // made by the controller-manager
+		c := &p.Spec.Containers[0]
+		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "sa", MountPath: "/sa"}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "sa", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		}}}}}
+		_, err = cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// Running and probed, failing: not ready.
+		require.Eventually(t, func() bool { return probes.Load() >= 3 }, 30*time.Second, 50*time.Millisecond)
+		waitPod(t, env, "probed", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			assert.Equal(c, corev1.PodRunning, p.Status.Phase)
+			require.Len(c, p.Status.ContainerStatuses, 1)
+			assert.NotNil(c, p.Status.ContainerStatuses[0].State.Running)
+			assert.False(c, p.Status.ContainerStatuses[0].Ready, "ready while its readiness probe fails")
+		})
+		u, err := url.Parse(env.Host())
+		require.NoError(t, err)
+		assert.Equal(t, "ns=default api="+u.Host+"\n", a.Logs("default", "probed", "check"))
+		healthy.Store(true)
+		waitPod(t, env, "probed", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Len(c, p.Status.ContainerStatuses, 1)
+			assert.True(c, p.Status.ContainerStatuses[0].Ready)
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					assert.Equal(c, corev1.ConditionTrue, cond.Status)
+				}
+			}
+		})
+		require.NoError(t, cs.CoreV1().Pods("default").Delete(ctx, "probed", metav1.DeleteOptions{}))
+		waitGone(t, env, "probed", 30*time.Second)
 	})
 
 	t.Run("oversized termination message keeps the last 4096 bytes", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,12 +80,122 @@ func (r *podRun) makeVolumes(ctx context.Context) error {
 			if err := writeVolume(dir, s.Data, v.Secret.Items, v.Secret.DefaultMode); err != nil {
 				return fmt.Errorf("volume %q: %w", v.Name, err)
 			}
+		case v.Projected != nil:
+			if err := r.makeProjected(ctx, dir, v); err != nil {
+				return fmt.Errorf("volume %q: %w", v.Name, err)
+			}
 		default:
 			return fmt.Errorf("volume %q: type not supported by the kubetest agent", v.Name)
 		}
 		r.volumes[v.Name] = dir
 	}
 	return nil
+}
+
+// makeProjected writes a projected volume's sources into dir; see Agent.
+func (r *podRun) makeProjected(ctx context.Context, dir string, v corev1.Volume) error {
+	core := r.a.client.CoreV1()
+	for i, src := range v.Projected.Sources {
+		data := map[string][]byte{}
+		var items []corev1.KeyToPath
+		switch {
+		case src.ConfigMap != nil:
+			cm, err := core.ConfigMaps(r.pod.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) && src.ConfigMap.Optional != nil && *src.ConfigMap.Optional {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("sources[%d]: configmap %q: %w", i, src.ConfigMap.Name, err)
+			}
+			for k, s := range cm.Data {
+				data[k] = []byte(s)
+			}
+			for k, b := range cm.BinaryData {
+				data[k] = b
+			}
+			items = src.ConfigMap.Items
+		case src.Secret != nil:
+			s, err := core.Secrets(r.pod.Namespace).Get(ctx, src.Secret.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) && src.Secret.Optional != nil && *src.Secret.Optional {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("sources[%d]: secret %q: %w", i, src.Secret.Name, err)
+			}
+			data, items = s.Data, src.Secret.Items
+		case src.DownwardAPI != nil:
+			for _, it := range src.DownwardAPI.Items {
+				if it.FieldRef == nil {
+					return fmt.Errorf("sources[%d]: %s: only fieldRef is supported by the kubetest agent", i, it.Path)
+				}
+				val, err := r.fieldRef(it.FieldRef.FieldPath)
+				if err != nil {
+					return fmt.Errorf("sources[%d]: %s: %w", i, it.Path, err)
+				}
+				data[it.Path] = []byte(val)
+				items = append(items, corev1.KeyToPath{Key: it.Path, Path: it.Path, Mode: it.Mode})
+			}
+		case src.ServiceAccountToken != nil:
+			sat := src.ServiceAccountToken
+			exp := int64(3600)
+			if sat.ExpirationSeconds != nil {
+				exp = *sat.ExpirationSeconds
+			}
+			var aud []string
+			if sat.Audience != "" {
+				aud = []string{sat.Audience}
+			}
+			sa := r.pod.Spec.ServiceAccountName // required with such a source
+			tr, err := core.ServiceAccounts(r.pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+				Audiences: aud, ExpirationSeconds: &exp,
+				BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: r.pod.Name, UID: r.pod.UID},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("sources[%d]: token of serviceaccount %q: %w", i, sa, err)
+			}
+			data[sat.Path] = []byte(tr.Status.Token)
+			items = []corev1.KeyToPath{{Key: sat.Path, Path: sat.Path}}
+		default:
+			return fmt.Errorf("sources[%d]: type not supported by the kubetest agent", i)
+		}
+		if err := writeVolume(dir, data, items, v.Projected.DefaultMode); err != nil {
+			return fmt.Errorf("sources[%d]: %w", i, err)
+		}
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+// fieldRef is the value of a downward API field path; see Agent.
+func (r *podRun) fieldRef(path string) (string, error) {
+	switch path {
+	case "metadata.name":
+		return r.pod.Name, nil
+	case "metadata.namespace":
+		return r.pod.Namespace, nil
+	case "metadata.uid":
+		return string(r.pod.UID), nil
+	case "spec.nodeName":
+		return r.pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return r.pod.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.hostIP":
+		return PodIP, nil
+	}
+	return "", fmt.Errorf("fieldRef %q is not supported by the kubetest agent", path)
+}
+
+// hasServiceAccountToken reports whether the pod mounts a projected
+// service-account token.
+func (r *podRun) hasServiceAccountToken() bool {
+	for _, v := range r.pod.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // writeVolume writes data into dir: the items' keys at their paths, or
@@ -179,7 +291,11 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 	if err := os.WriteFile(termFile, nil, 0o666); err != nil {
 		return fail("RunContainerError", err)
 	}
+	chroot := r.a.opts.Chroot && haveRoot
 	mapPath := r.pathMapper(c, termPath, termFile, root)
+	if chroot {
+		mapPath = func(p string) string { return p }
+	}
 
 	env, err := r.env(c, mapPath)
 	if err != nil {
@@ -202,11 +318,20 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 	switch {
 	case r.misbehave == NeverTerminate && !isInit:
 		argv = []string{"sh", "-c", "trap '' TERM INT HUP QUIT; while :; do sleep 1; done"}
-	case len(c.Command) == 0:
+	case len(c.Command) == 0 && len(r.a.opts.Entrypoints[c.Image]) == 0:
 		argv = []string{"sleep", "infinity"}
 	default:
-		for _, s := range append(slices.Clone(c.Command), c.Args...) {
+		cmdline := c.Command
+		if len(cmdline) == 0 {
+			cmdline = r.a.opts.Entrypoints[c.Image]
+		}
+		for _, s := range append(slices.Clone(cmdline), c.Args...) {
 			argv = append(argv, mapPath(s))
+		}
+	}
+	if chroot {
+		if argv, err = r.chrootArgv(c, root, argv); err != nil {
+			return fail("RunContainerError", err)
 		}
 	}
 	logs := r.a.logTail(r.pod.Namespace, r.pod.Name, c.Name)
@@ -232,8 +357,17 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 	r.mu.Lock()
 	st.id = id
 	st.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: startedAt}}
+	st.probed, st.ready = !isInit && c.ReadinessProbe != nil, false
 	r.mu.Unlock()
 	r.report()
+	probing := make(chan struct{}) // closed when the process has ended
+	if !isInit && c.ReadinessProbe != nil {
+		r.a.wg.Add(1)
+		go func() {
+			defer r.a.wg.Done()
+			r.probeReadiness(probing, st, c)
+		}()
+	}
 	if !isInit && r.misbehave == LosePod {
 		r.a.deletePod(r.pod, "LosePod")
 	}
@@ -255,6 +389,9 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 		_, _, _ = procutil.StopGroup(pgid, time.Time{}, grace)
 		<-waited
 	}
+	r.mu.Lock()
+	close(probing)
+	r.mu.Unlock()
 	// The container ends with its main process: nothing of its group stays.
 	_ = procutil.SignalGroup(pgid, syscall.SIGKILL)
 	code := exitCode(cmd)
@@ -264,6 +401,7 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 	}
 	msg := r.terminationMessage(termFile, logs, c, code)
 	r.mu.Lock()
+	st.ready = false
 	st.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: int32(code), Reason: reason, Message: msg,
 		StartedAt: startedAt, FinishedAt: metav1.Now(), ContainerID: id,
@@ -274,6 +412,59 @@ func (r *podRun) runOnce(ctx context.Context, st *ctrState, c corev1.Container, 
 	}
 	r.report()
 	return code, true
+}
+
+// chrootScript mounts, in the new mount namespace, /proc, /dev and each
+// "source mountPath" pair below the root ($1), then execs chroot into it.
+const chrootScript = `set -e
+root=$1; shift
+mount --rbind /proc "$root/proc"
+mount --rbind /dev "$root/dev"
+while [ "$1" != -- ]; do mount --bind "$1" "$root$2"; shift 2; done
+shift
+exec chroot "$root" "$@"`
+
+// chrootArgv wraps argv so that it runs as AgentOptions.Chroot says: it
+// creates the mount points below root and returns the unshare command
+// line.
+func (r *podRun) chrootArgv(c corev1.Container, root string, argv []string) ([]string, error) {
+	out := []string{"unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--", "sh", "-c", chrootScript, "sh", root}
+	for _, d := range []string{"proc", "dev"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	mounts := slices.Clone(c.VolumeMounts)
+	// Parents before children, so that a child is mounted on top.
+	sort.SliceStable(mounts, func(i, j int) bool {
+		return strings.Count(filepath.Clean(mounts[i].MountPath), "/") < strings.Count(filepath.Clean(mounts[j].MountPath), "/")
+	})
+	for _, m := range mounts {
+		dir, ok := r.volumes[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("volumeMount %q: no volume of that name", m.Name)
+		}
+		src := filepath.Join(dir, filepath.Clean("/"+m.SubPath))
+		mp := filepath.Clean("/" + m.MountPath)
+		fi, err := os.Stat(src)
+		if err != nil {
+			return nil, fmt.Errorf("volumeMount %q: %w", m.Name, err)
+		}
+		target := filepath.Join(root, mp)
+		if fi.IsDir() {
+			err = os.MkdirAll(target, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				err = f.Close()
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("volumeMount %q: mount point: %w", m.Name, err)
+		}
+		out = append(out, src, mp)
+	}
+	return append(append(out, "--"), argv...), nil
 }
 
 // exitCode is the container's exit code: 128+signal when killed.
@@ -366,6 +557,14 @@ func (r *podRun) env(c corev1.Container, mapPath func(string) string) ([]string,
 	}
 	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOSTNAME": host}
 	order := []string{"PATH", "HOSTNAME"}
+	if r.hasServiceAccountToken() {
+		u, err := url.Parse(r.a.e.host)
+		if err != nil {
+			return nil, err
+		}
+		vars["KUBERNETES_SERVICE_HOST"], vars["KUBERNETES_SERVICE_PORT"] = u.Hostname(), u.Port()
+		order = append(order, "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+	}
 	for _, ev := range c.Env {
 		v := ev.Value
 		if ev.ValueFrom != nil {
@@ -373,21 +572,9 @@ func (r *podRun) env(c corev1.Container, mapPath func(string) string) ([]string,
 			if f == nil {
 				return nil, fmt.Errorf("env %s: only valueFrom.fieldRef is supported by the kubetest agent", ev.Name)
 			}
-			switch f.FieldPath {
-			case "metadata.name":
-				v = r.pod.Name
-			case "metadata.namespace":
-				v = r.pod.Namespace
-			case "metadata.uid":
-				v = string(r.pod.UID)
-			case "spec.nodeName":
-				v = r.pod.Spec.NodeName
-			case "spec.serviceAccountName":
-				v = r.pod.Spec.ServiceAccountName
-			case "status.podIP", "status.hostIP":
-				v = PodIP
-			default:
-				return nil, fmt.Errorf("env %s: fieldRef %q is not supported by the kubetest agent", ev.Name, f.FieldPath)
+			var err error
+			if v, err = r.fieldRef(f.FieldPath); err != nil {
+				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
 			}
 		}
 		if _, ok := vars[ev.Name]; !ok {

@@ -45,6 +45,9 @@ type ctrState struct {
 	state       corev1.ContainerState
 	id          string
 	restarts    int32
+	// probed: the running instance has a readinessProbe; ready: it last
+	// passed it (see Agent).
+	probed, ready bool
 }
 
 func (a *Agent) newPodRun(p *corev1.Pod) *podRun {
@@ -253,7 +256,7 @@ func (r *podRun) buildStatus(s *corev1.PodStatus) {
 			}
 			running := cs.State.Running != nil
 			cs.Started = &running
-			cs.Ready = running && !isInit || isInit && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
+			cs.Ready = running && !isInit && (!st.probed || st.ready) || isInit && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
 			out = append(out, cs)
 		}
 		return out
@@ -261,10 +264,12 @@ func (r *podRun) buildStatus(s *corev1.PodStatus) {
 	s.InitContainerStatuses = statuses(r.initSt, true)
 	s.ContainerStatuses = statuses(r.mainSt, false)
 	ready := r.phase == corev1.PodPending || r.phase == corev1.PodRunning
+	allRunning := ready
 	for _, cs := range s.ContainerStatuses {
 		ready = ready && cs.Ready
+		allRunning = allRunning && cs.State.Running != nil
 	}
-	if len(s.ContainerStatuses) > 0 && ready && r.phase == corev1.PodPending {
+	if len(s.ContainerStatuses) > 0 && allRunning && r.phase == corev1.PodPending {
 		s.Phase = corev1.PodRunning
 		r.phase = corev1.PodRunning
 	}

@@ -293,7 +293,7 @@ func (r *Repo) AddRequestFor(name, profile string, nodes []string, extra ...stri
 // with action "" (the objects), "cancel" or "release", and commits it.
 func (r *Repo) Approve(keyFile, action string, objects ...string) string {
 	r.t.Helper()
-	args := []string{"sign", r.Dir, "--key", keyFile}
+	args := []string{"sign", "--repo", r.Dir, "--key", keyFile}
 	for _, o := range objects {
 		args = append(args, "--object", o)
 	}

@@ -34,8 +34,6 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/kubetest"
@@ -62,18 +60,7 @@ var vapGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", 
 // render builds deploy/base with kustomize in-process.
 func render(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "base")
-	require.NoError(t, err, "kustomize build deploy/base")
-	var out []*unstructured.Unstructured
-	for _, r := range res.Resources() {
-		// Through JSON, so that numbers are int64 as client-go expects.
-		b, err := r.MarshalJSON()
-		require.NoError(t, err)
-		u := &unstructured.Unstructured{}
-		require.NoError(t, u.UnmarshalJSON(b))
-		out = append(out, u)
-	}
-	return out
+	return renderDir(t, "base")
 }
 
 // apply server-side applies every object as the harness's admin, in

@@ -94,6 +94,7 @@ func renderDir(t *testing.T, dir string) []*unstructured.Unstructured {
 	require.NoError(t, err, "kustomize build %s", dir)
 	var out []*unstructured.Unstructured
 	for _, r := range res.Resources() {
+		// Through JSON, so that numbers are int64 as client-go expects.
 		b, err := r.MarshalJSON()
 		require.NoError(t, err)
 		u := &unstructured.Unstructured{}

@@ -125,22 +125,45 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // certifications lists the certifications of every Fleet that labels
 // nodes; a Fleet that cannot list them adds an error naming its family and
 // leaves the others listed.
+//
+// The listing is kept for certificationsTTL (certCache), so that clients
+// polling /status (`signet get --watch`, `reconcile --now --wait`, every
+// 200 ms) and scrapes do not each list the cluster's nodes.
 func (r *Reconciler) certifications(ctx context.Context) ([]backend.Certification, []error) {
+	c := &r.certs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := r.now()
+	if !c.at.IsZero() && now.Sub(c.at) < certificationsTTL && !now.Before(c.at) {
+		return c.certs, c.errs
+	}
 	var certs []backend.Certification
 	var errs []error
 	for _, fam := range r.families {
-		l, ok := fam.Fleet.(backend.CertificationLister)
+		lister, ok := fam.Fleet.(backend.CertificationLister)
 		if !ok {
 			continue
 		}
-		c, err := l.Certifications(ctx)
+		l, err := lister.Certifications(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("backend family %s: listing certified nodes: %w", fam.Name, err))
 			continue
 		}
-		certs = append(certs, c...)
+		certs = append(certs, l...)
 	}
+	c.at, c.certs, c.errs = now, certs, errs
 	return certs, errs
+}
+
+// certificationsTTL is how long a certification listing is reused.
+const certificationsTTL = 5 * time.Second
+
+// certCache is the last certification listing and when it was made.
+type certCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	certs []backend.Certification
+	errs  []error
 }
 
 // certificationsTimeout bounds the Fleets' answer to one scrape.

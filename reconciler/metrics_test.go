@@ -91,3 +91,32 @@ func TestStatusCertified(t *testing.T) {
 	}, st.Certified)
 	assert.Equal(t, "backend family b: listing certified nodes: apiserver unreachable", st.CertifiedError)
 }
+
+// countFleet counts its Certifications calls.
+type countFleet struct {
+	harnessFleet
+	calls *int
+}
+
+func (f countFleet) Certifications(context.Context) ([]backend.Certification, error) {
+	*f.calls++
+	return nil, nil
+}
+
+// TestCertificationsListedOncePerTTL: clients polling /status and scrapes
+// within certificationsTTL share one listing of the cluster's nodes; after
+// it the next status lists again.
+func TestCertificationsListedOncePerTTL(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	calls := 0
+	fams := []*backend.Family{{Name: "a", Fleet: countFleet{calls: &calls}}}
+	r, err := New(&Config{Cluster: "c1"}, Options{Families: fams, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	for range 5 {
+		r.Status()
+	}
+	assert.Equal(t, 1, calls, "five polls within the TTL list once")
+	now = now.Add(certificationsTTL)
+	r.Status()
+	assert.Equal(t, 2, calls, "a poll after the TTL lists again")
+}

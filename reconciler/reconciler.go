@@ -34,6 +34,7 @@ type Reconciler struct {
 	observer  func(Event)
 	only      string
 	holds     *holds
+	certs     certCache
 	chain     chainCache
 	receiptMu sync.Mutex
 

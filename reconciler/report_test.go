@@ -112,11 +112,7 @@ func TestReportGenerationsServed(t *testing.T) {
 	require.NoError(t, err)
 	tip, err := c.Tip()
 	require.NoError(t, err)
-	adm, err := c.Find("/run-c/" + evidence.AdmissionFile)
-	require.NoError(t, err)
-	landed, err := c.Landed(adm)
-	require.NoError(t, err)
-	before, err := c.Git("rev-parse", landed+"^")
+	before, err := c.Before("/run-c/" + evidence.AdmissionFile)
 	require.NoError(t, err)
 	ref := "refs/heads/" + evidencetest.Branch
 

@@ -104,6 +104,20 @@ func (c *Copy) Landed(p string) (string, error) {
 	return "", fmt.Errorf("%s is on no commit", p)
 }
 
+// Before returns the commit just before the one where the file Find(parts...)
+// landed: the branch as it was without that file.
+func (c *Copy) Before(parts ...string) (string, error) {
+	p, err := c.Find(parts...)
+	if err != nil {
+		return "", err
+	}
+	landed, err := c.Landed(p)
+	if err != nil {
+		return "", err
+	}
+	return c.Git("rev-parse", landed+"^")
+}
+
 // commit writes a signed commit of parent's tree (or base's, when set)
 // with changes applied (nil data deletes the path).
 func (c *Copy) commit(base, parent string, changes map[string][]byte, msg string, env []string) (string, error) {

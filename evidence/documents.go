@@ -202,6 +202,12 @@ type Receipt struct {
 	// longer names the run), why it was left untouched.
 	ReleaseNotes []NodeNote `json:"releaseNotes,omitempty"`
 	At           time.Time  `json:"at"`
+	// CertifiedUntil is when the certification of the released (passing)
+	// nodes expires: the run evidence's endedAt plus the reconciler's
+	// certification TTL, as the nodes' certified-until label says. Zero
+	// when the run certified no node or labelling is off. A standing
+	// certification's expiry triggers are judged by it (NodeRun).
+	CertifiedUntil time.Time `json:"certifiedUntil,omitzero"`
 }
 
 // NodeNote is a remark about one node.

@@ -31,6 +31,7 @@ type runState struct {
 	reports   map[int]*CheckReport
 	evidence  *evidence.FileRef
 	evCommit  string
+	endedAt   time.Time // the run evidence's endedAt
 	verdict   specs.Verdict
 	nodes     []evidence.NodeSummary
 	released  []string

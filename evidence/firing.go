@@ -80,3 +80,17 @@ func (s *Store) NextFiringSequence(ctx context.Context, cluster, name string) (i
 	}
 	return lo + 1, hashText(s.tip), nil
 }
+
+// FiringRequest is the request a firing's admission records and runs: named
+// by the firing's run, for the standing certification's profile, with
+// exactly the chosen nodes in the decided order. It is derived, never
+// approved on its own: the firing's approvals of the standing
+// certification stand for it, and the audit holds the admission's request
+// to this derivation.
+func FiringRequest(f *Firing) specs.CertificationRequest {
+	return specs.CertificationRequest{
+		TypeMeta: specs.TypeMeta{APIVersion: specs.APIVersion, Kind: specs.KindRequest},
+		Metadata: specs.ObjectMeta{Name: f.Run},
+		Spec:     specs.RequestSpec{Profile: f.StandingObject.Spec.Profile, Nodes: f.Nodes()},
+	}
+}

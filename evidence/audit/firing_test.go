@@ -319,6 +319,33 @@ func TestAuditFiring(t *testing.T) {
 		assert.Len(t, findingsAt(rep, audit.RuleFiringAdmission, adm1), 1, "%v", rep.Findings)
 	})
 
+	t.Run("admitted request not the one the firing derives", func(t *testing.T) {
+		c, _, adm1, _ := clone(t)
+		// The admission keeps the firing's nodes but records a request
+		// of its own (a selector and count the firing never chose),
+		// consistently digested: only the derivation shows it.
+		resign(t, c, adm1, f.Reconciler, func(pred map[string]any) {
+			ro := pred["requestObject"].(map[string]any)
+			spec := ro["spec"].(map[string]any)
+			spec["selector"] = map[string]any{"pool": "a"}
+			spec["count"] = float64(1)
+			req := specs.CertificationRequest{
+				Metadata: specs.ObjectMeta{Name: ro["metadata"].(map[string]any)["name"].(string)},
+				Spec:     specs.RequestSpec{Profile: spec["profile"].(string), Selector: map[string]string{"pool": "a"}, Count: 1},
+			}
+			for _, n := range spec["nodes"].([]any) {
+				req.Spec.Nodes = append(req.Spec.Nodes, n.(string))
+			}
+			canon, err := specs.CanonicalRequest(&req)
+			require.NoError(t, err)
+			pred["request"].(map[string]any)["digest"] = string(specs.DigestOf(canon))
+		})
+		rep := auditCopy(t, c)
+		got := findingsAt(rep, audit.RuleFiringAdmission, adm1)
+		require.Len(t, got, 1, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, "is not the request the firing derives")
+	})
+
 	t.Run("admission of other nodes than the firing chose", func(t *testing.T) {
 		c, fir1, adm1, _ := clone(t)
 		// The firing chose another node; the admission, re-signed to
@@ -332,8 +359,9 @@ func TestAuditFiring(t *testing.T) {
 		})
 		rep := auditCopy(t, c)
 		got := findingsAt(rep, audit.RuleFiringAdmission, adm1)
-		require.Len(t, got, 1, "%v", rep.Findings)
-		assert.True(t, strings.Contains(got[0].Message, "gpu-7"), got[0].Message)
+		require.Len(t, got, 2, "%v", rep.Findings)
+		assert.Contains(t, got[0].Message, "admits localhost (uid uid-1), but the firing chose gpu-7 (uid uid-1)")
+		assert.Contains(t, got[1].Message, "is not the request the firing derives", "the admitted request names other nodes than the firing derives")
 		assert.Empty(t, findingsAt(rep, audit.RuleDigestBinding, adm1), "the admission binds the forged firing by its digest")
 	})
 }

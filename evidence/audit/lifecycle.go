@@ -86,9 +86,39 @@ func (r *runAudit) checkAdmission() {
 	}
 	r.subjectsMatch(rel, r.admFile, append(subjects, r.subjects...))
 	approvals := r.approvals(rel, adm.Approvals)
-	for _, o := range []evidence.ObjectRef{adm.Request, adm.Profile} {
+	approve := []evidence.ObjectRef{adm.Request, adm.Profile}
+	if r.firFile != nil {
+		// A fired run's request is derived from its firing, whose
+		// approvals of the standing certification stand for it; it must
+		// be exactly that derivation.
+		approve = approve[1:]
+		r.checkFiringRequest()
+	}
+	for _, o := range approve {
 		d := r.a.policy.Decide(o.Subject(), o.Digest, approvals, r.cluster, adm.AdmittedAt)
 		r.decided(rel, d)
+	}
+}
+
+// checkFiringRequest holds a fired run's admitted request to the one its
+// firing derives (evidence.FiringRequest: the run's name, the standing
+// certification's profile, the chosen nodes in order), rule
+// firing-admission; a firing that did not decode proves no request.
+func (r *runAudit) checkFiringRequest() {
+	const rel = evidence.AdmissionFile
+	if r.firing == nil {
+		r.add(RuleFiringAdmission, rel, "the run's firing record does not prove its request")
+		return
+	}
+	want := evidence.FiringRequest(r.firing)
+	c, err := specs.CanonicalRequest(&want)
+	if err != nil {
+		r.add(RuleFiringAdmission, rel, "the firing's request: "+err.Error())
+		return
+	}
+	if d := specs.DigestOf(c); r.adm.Request.Digest != d {
+		r.add(RuleFiringAdmission, rel, fmt.Sprintf("request %s is not the request the firing derives (%s: profile %s, nodes %s)",
+			r.adm.Request.Digest, d, want.Spec.Profile, strings.Join(want.Spec.Nodes, ", ")))
 	}
 }
 

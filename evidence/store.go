@@ -120,6 +120,10 @@ type StoreOptions struct {
 	// remembered like any other tip. A branch that does not exist yet
 	// needs no anchor: nothing can have been rolled back.
 	AcceptCurrentTip bool
+	// Now is the clock of commit times (time.Now when nil): the
+	// reconciler's own clock, so that documents are never dated after
+	// the commits that add them.
+	Now func() time.Time
 }
 
 // Store is an append-only evidence branch on a Git remote. Its methods
@@ -590,5 +594,9 @@ func (s *Store) signCommit(payload io.Reader) ([]byte, error) {
 }
 
 func (s *Store) signature() object.Signature {
-	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: time.Now().Truncate(time.Second)}
+	now := time.Now
+	if s.opts.Now != nil {
+		now = s.opts.Now
+	}
+	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: now().Truncate(time.Second)}
 }

@@ -40,6 +40,9 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	runs     map[string]*runState
+	// fired are the firings on the evidence branch not admitted yet, by
+	// run ID: their nodes are claimed.
+	fired    map[string]*firedRun
 	lastKey  string
 	dirty    bool
 	status   Status
@@ -135,7 +138,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 	r := &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
-		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
+		only: o.Only, holds: newHolds(), runs: map[string]*runState{}, fired: map[string]*firedRun{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reportReq: make(chan struct{}, 1), evidenceAuth: o.EvidenceAuth,
 	}

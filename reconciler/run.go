@@ -39,6 +39,9 @@ type runState struct {
 	// releaseNotes say why a released node's reservation was not lifted.
 	releaseNotes []evidence.NodeNote
 	receipt      *evidence.FileRef
+	// nodeRunsCache is the finished run's evidence.NodeRuns, read once
+	// (reconciler/standing.go).
+	nodeRunsCache []evidence.NodeRun
 	done         chan struct{}
 	started      time.Time
 }

@@ -74,6 +74,8 @@ type ObjectStatus struct {
 	Digest     specs.Digest       `json:"digest"`
 	Run        string             `json:"run,omitempty"`
 	Conditions []metav1.Condition `json:"conditions"`
+	// Standing is set for a standing certification that passed its gates.
+	Standing *StandingStatus `json:"standing,omitempty"`
 }
 
 // RunStatus is the status of one run known to this reconciler.

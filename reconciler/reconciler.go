@@ -38,8 +38,8 @@ type Reconciler struct {
 	chain     chainCache
 	receiptMu sync.Mutex
 
-	mu       sync.Mutex
-	runs     map[string]*runState
+	mu   sync.Mutex
+	runs map[string]*runState
 	// fired are the firings on the evidence branch not admitted yet, by
 	// run ID: their nodes are claimed.
 	fired    map[string]*firedRun

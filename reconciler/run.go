@@ -42,8 +42,8 @@ type runState struct {
 	// nodeRunsCache is the finished run's evidence.NodeRuns, read once
 	// (reconciler/standing.go).
 	nodeRunsCache []evidence.NodeRun
-	done         chan struct{}
-	started      time.Time
+	done          chan struct{}
+	started       time.Time
 }
 
 func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {

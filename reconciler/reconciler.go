@@ -267,6 +267,9 @@ func (r *Reconciler) startRun(rs *runState) {
 	r.mu.Lock()
 	r.runs[rs.id] = rs
 	r.mu.Unlock()
+	rs.mu.Lock()
+	rs.driven = true
+	rs.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

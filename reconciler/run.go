@@ -44,6 +44,10 @@ type runState struct {
 	nodeRunsCache []evidence.NodeRun
 	done          chan struct{}
 	started       time.Time
+	// driven: this reconciler drives the run (startRun). A run loaded
+	// without being driven is another reconciler's; its end is read from
+	// the evidence branch (refreshForeign).
+	driven bool
 }
 
 func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {

@@ -258,6 +258,9 @@ func (r *Reconciler) poolFacts(ctx context.Context, sp *standingPass) ([]standin
 	r.mu.Unlock()
 	profile := sp.prof.Name
 	for _, rs := range runs {
+		if err := r.refreshForeign(ctx, rs); err != nil {
+			return nil, nil, fmt.Errorf("run %s: %w", rs.id, err)
+		}
 		rs.mu.Lock()
 		finished := rs.receipt != nil
 		retained := slices.Clone(rs.retained)
@@ -296,6 +299,37 @@ func (r *Reconciler) poolFacts(ctx context.Context, sp *standingPass) ([]standin
 		pool = append(pool, n)
 	}
 	return pool, inUse, nil
+}
+
+// refreshForeign reads the receipt of a run another reconciler drives,
+// once it is on the evidence branch, so that its nodes stop counting as
+// held when it ends (and its retained nodes keep counting).
+func (r *Reconciler) refreshForeign(ctx context.Context, rs *runState) error {
+	rs.mu.Lock()
+	skip := rs.driven || rs.receipt != nil
+	rs.mu.Unlock()
+	if skip {
+		return nil
+	}
+	rp := path.Join(rs.dir, evidence.ReceiptFile)
+	b, err := r.store.Read(ctx, rp)
+	if errors.Is(err, evidence.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var rc evidence.Receipt
+	if err := r.readOwn(b, evidence.PredicateReceipt, &rc); err != nil {
+		return fmt.Errorf("%s: %w", rp, err)
+	}
+	ev := rc.Evidence
+	rs.mu.Lock()
+	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(b)}
+	rs.verdict, rs.released, rs.retained, rs.phase, rs.evidence = rc.Verdict, rc.Released, rc.Retained, evidence.PhaseDone, &ev
+	rs.mu.Unlock()
+	close(rs.done) // nothing here drives it: its end is this receipt
+	return nil
 }
 
 // nodeRuns returns the NodeRuns of a finished run, read once from its

@@ -301,23 +301,29 @@ func TestAuditReceiptCertifiedUntil(t *testing.T) {
 // full audit at every commit.
 func TestIncrementalAuditAgreesOnFirings(t *testing.T) {
 	hf, bf := historyFixture(t), budgetFixture(t)
+	// A firing for an identity change the node did not go through, fired
+	// now: the audit at its firing is clean (its admission proves the
+	// reason, within the admission bound), the one at its admission not.
+	idf, err := evidencetest.BuildRuns(t.Context(), t.TempDir(),
+		evidencetest.Run{Name: "run-a"},
+		evidencetest.Run{Name: "pool-1", Fired: true, SameUID: true, Reason: evidence.DueReason{Kind: evidence.DueIdentity}})
+	require.NoError(t, err)
 	auditor := newKey(t)
 	for _, tc := range []struct {
-		name   string
-		f      *evidencetest.Fixture
-		tamper func(t *testing.T, f *evidencetest.Fixture, c *evidencetest.Copy)
+		name     string
+		f        *evidencetest.Fixture
+		tamper   func(t *testing.T, f *evidencetest.Fixture, c *evidencetest.Copy)
+		findings bool
 	}{
-		{"clean history", hf, nil},
+		{"clean history", hf, nil, false},
 		{"schedule naming a run that ended 1h before", hf, func(t *testing.T, f *evidencetest.Fixture, c *evidencetest.Copy) {
 			resignFiring(t, f, c, "pool-6", reason("schedule", "pool-5"))
-		}},
-		{"identity with identical snapshots, admitted after a checkpoint", hf, func(t *testing.T, f *evidencetest.Fixture, c *evidencetest.Copy) {
-			resignFiring(t, f, c, "pool-4", reason("identity", "pool-3"))
-		}},
-		{"clean holds", bf, nil},
+		}, true},
+		{"identity with identical snapshots, admitted after a checkpoint", idf, nil, true},
+		{"clean holds", bf, nil, false},
 		{"firing that hides a held node", bf, func(t *testing.T, f *evidencetest.Fixture, c *evidencetest.Copy) {
 			appendFiring(t, f, c, 2, poolOf([]string{"gpu-2", "gpu-3"}, nil, []string{"gpu-2", "gpu-3"}))
-		}},
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := tc.f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
@@ -326,7 +332,7 @@ func TestIncrementalAuditAgreesOnFirings(t *testing.T) {
 				tc.tamper(t, tc.f, c)
 			}
 			policy := checkpointPolicy(t, tc.f, auditor, time.Time{}, "")
-			assert.Positive(t, agreeAtEveryCommit(t, c, policy, auditor, time.Now(), tc.tamper != nil))
+			assert.Positive(t, agreeAtEveryCommit(t, c, policy, auditor, time.Now(), tc.findings))
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -259,6 +260,16 @@ func TestCheckpointRefused(t *testing.T) {
 	tampered, err := json.Marshal(env)
 	require.NoError(t, err)
 	other := checkpointPolicy(t, f, auditor, time.Now().Add(1000*time.Hour), "")
+	// v1 is the checkpoint as version 1, without the firing replay's state.
+	var genv signing.Envelope
+	require.NoError(t, json.Unmarshal(good, &genv))
+	payload, err := base64.StdEncoding.DecodeString(genv.Payload)
+	require.NoError(t, err)
+	var st signing.Statement
+	require.NoError(t, json.Unmarshal(payload, &st))
+	st.PredicateType = "https://signet.dev/AuditCheckpoint/v1"
+	v1, err := signing.SignStatement(&st, auditor)
+	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name       string
@@ -281,6 +292,13 @@ func TestCheckpointRefused(t *testing.T) {
 			_, rest, _ := strings.Cut(files[0].(string), " ")
 			files[0] = "100000 " + rest
 		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of state.commits`},
+		{"version 1, without the firing replay's state", v1, "", policy, false, "checkpoint.json: predicateType: \"https://signet.dev/AuditCheckpoint/v1\" is a checkpoint without the state that proves standing certifications' firings"},
+		{"latest run that does not decode", resign(auditor, func(cp map[string]any) {
+			cp["state"].(map[string]any)["latest"] = []any{"fixture !!"}
+		}), "", policy, false, "checkpoint.json: state.latest line 1: a node's run of cluster fixture does not decode"},
+		{"held node that is not held", resign(auditor, func(cp map[string]any) {
+			cp["state"].(map[string]any)["held"] = []any{"fixture localhost run-a lent"}
+		}), "", policy, false, `checkpoint.json: state.held line 1: "fixture localhost run-a lent" is not a cluster, node, run and chosen, admitted or retained`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := c.Dir

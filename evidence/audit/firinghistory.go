@@ -63,6 +63,11 @@ func (r *runAudit) collectHistory() {
 		h.receiptAt, h.retained = r.rcFile.landed.index, r.receipt.Retained
 		if r.ev != nil {
 			h.nodeRuns = evidence.NodeRuns(r.adm, snaps, r.ev, r.receipt)
+			for i := range h.nodeRuns {
+				// Not identity (evidence.IdentityChanges): kept for every
+				// finished run until the replay, and in checkpoints.
+				h.nodeRuns[i].Identity.Capacity, h.nodeRuns[i].Identity.Allocatable = nil, nil
+			}
 		}
 	}
 	if act := r.actions[evidence.ReleaseFile]; act != nil && r.releaseApproved && h.receiptAt >= 0 {

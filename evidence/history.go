@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"signet.dev/signet/specs"
@@ -79,4 +80,20 @@ func (l *LatestRuns) Add(nr NodeRun) {
 func (l *LatestRuns) Latest(profile, node string) (NodeRun, bool) {
 	nr, ok := l.byProfile[profile][node]
 	return nr, ok
+}
+
+// All returns every node's latest run of every profile, by profile and
+// then node name: what LatestRuns holds, for a caller that keeps it (an
+// audit checkpoint) and feeds it back with Add.
+func (l *LatestRuns) All() []NodeRun {
+	var out []NodeRun
+	for _, m := range l.byProfile {
+		for _, nr := range m {
+			out = append(out, nr)
+		}
+	}
+	slices.SortFunc(out, func(a, b NodeRun) int {
+		return cmp.Or(cmp.Compare(a.Profile, b.Profile), cmp.Compare(a.Identity.Name, b.Identity.Name))
+	})
+	return out
 }

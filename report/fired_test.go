@@ -31,7 +31,7 @@ func TestReportFiredRun(t *testing.T) {
 	page := site["runs/fixture/pool-2.html"]
 	assert.NotContains(t, page, `id="withheld"`)
 	assert.Contains(t, page, `id="chosen"`)
-	assert.Contains(t, page, "no run of the profile covers the node")
+	assert.Contains(t, page, "identity changed since run pool-1")
 	assert.Contains(t, page, "Fired: not admitted yet")
 	assert.Contains(t, site["runs/fixture/pool-1.html"], `id="matrix"`, "an admitted firing is an ordinary run")
 	assert.NotContains(t, site["index.html"], "v-withheld")

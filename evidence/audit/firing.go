@@ -156,8 +156,9 @@ func (a *auditor) parentOf(c *commitInfo) plumbing.Hash {
 // budget-exceeded): every in-use and chosen node is a pool node (chosen
 // ones with the pool's UID), no node is chosen twice or both in use and
 // chosen, and in use plus chosen is at most the standing certification's
-// budget for the recorded pool size. Whether the recorded in-use nodes are
-// those the branch held at the firing's tip is not checked yet.
+// budget for the recorded pool size. That the recorded in-use nodes
+// include those the branch held at the firing's tip is
+// checkFiringHistory's.
 func (r *runAudit) checkFiringBudget(fr *evidence.Firing) {
 	const rel = evidence.FiringFile
 	pool := map[string]string{}
@@ -234,14 +235,23 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 }
 
 // checkFiringReasons holds each chosen node's due reason to the standing
-// certification it fired (rule firing-trigger-unproven), as Decide gives
-// reasons: joined needs the joined trigger or every, and names no run;
-// schedule needs every, expiry beforeExpiry, identity and expired their
-// triggers, and each of these names the earlier run it refers to (not
-// this one). That the named run shows the reason (its end time, its
-// certification's expiry, its snapshot) is not checked yet: it needs the
-// other run's documents.
+// certification it fired (rule firing-trigger-unproven, reasonProblem).
+// That the history before the firing shows the reason is
+// checkFiringHistory's: it needs the other runs' documents.
 func (r *runAudit) checkFiringReasons(fr *evidence.Firing) {
+	for i := range fr.Chosen {
+		if msg := reasonProblem(fr, i, r.id); msg != "" {
+			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, msg)
+		}
+	}
+}
+
+// reasonProblem says what is wrong with chosen node i's due reason in
+// firing fr of run, as Decide gives reasons, "" when nothing: joined
+// needs the joined trigger or every, and names no run; schedule needs
+// every, expiry beforeExpiry, identity and expired their triggers, and
+// each of these names the earlier run it refers to (not this one).
+func reasonProblem(fr *evidence.Firing, i int, run string) string {
 	spec := fr.StandingObject.Spec
 	enabled := map[string]bool{
 		evidence.DueJoined:   slices.Contains(spec.Triggers, specs.TriggerJoined) || spec.Every != "",
@@ -250,15 +260,15 @@ func (r *runAudit) checkFiringReasons(fr *evidence.Firing) {
 		evidence.DueIdentity: slices.Contains(spec.Triggers, specs.TriggerIdentity),
 		evidence.DueExpired:  slices.Contains(spec.Triggers, specs.TriggerExpired),
 	}
-	for i, c := range fr.Chosen {
-		k := c.Reason.Kind
-		switch {
-		case !enabled[k]:
-			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q is not one %s fires on", i, c.Node, k, fr.Standing.Subject()))
-		case (k == evidence.DueJoined) != (c.Reason.Run == ""):
-			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q names run %q: joined names none, every other reason the earlier run it refers to", i, c.Node, k, c.Reason.Run))
-		case c.Reason.Run == r.id:
-			r.add(RuleFiringTriggerUnproven, evidence.FiringFile, fmt.Sprintf("chosen[%d] %s: due reason %q refers to this run itself", i, c.Node, k))
-		}
+	c := fr.Chosen[i]
+	k := c.Reason.Kind
+	switch {
+	case !enabled[k]:
+		return fmt.Sprintf("chosen[%d] %s: due reason %q is not one %s fires on", i, c.Node, k, fr.Standing.Subject())
+	case (k == evidence.DueJoined) != (c.Reason.Run == ""):
+		return fmt.Sprintf("chosen[%d] %s: due reason %q names run %q: joined names none, every other reason the earlier run it refers to", i, c.Node, k, c.Reason.Run)
+	case c.Reason.Run == run:
+		return fmt.Sprintf("chosen[%d] %s: due reason %q refers to this run itself", i, c.Node, k)
 	}
+	return ""
 }

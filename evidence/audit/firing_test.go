@@ -40,7 +40,7 @@ func TestAuditFiring(t *testing.T) {
 	ctx := t.Context()
 	f, err := evidencetest.BuildRuns(ctx, t.TempDir(),
 		evidencetest.Run{Name: "run-a"},
-		evidencetest.Run{Name: "pool-1", Fired: true},
+		evidencetest.Run{Name: "pool-1", Fired: true, TTL: time.Millisecond},
 		evidencetest.Run{Name: "pool-2", FiredOnly: true})
 	require.NoError(t, err)
 	tip := "refs/heads/" + evidencetest.Branch
@@ -287,17 +287,23 @@ func TestAuditFiring(t *testing.T) {
 		assert.Contains(t, got[0].Message, "not after firing 3")
 	})
 
-	for name, reason := range map[string]map[string]any{
-		"firing for a trigger its standing certification lacks": {"kind": "identity", "run": "run-a", "detail": "bootID changed"},
-		"firing for a schedule naming no run":                   {"kind": "schedule", "detail": "ended long ago"},
+	// Each forged reason is one the history before the firing shows
+	// (pool-1 certified the node for 1 ms; gpu-2 never ran): only the
+	// standing certification's own rules refuse it.
+	for name, chosen := range map[string]map[string]any{
+		"firing for a trigger its standing certification lacks": {"node": "localhost", "reason": map[string]any{"kind": "expired", "run": "pool-1", "detail": "certification expired"}},
+		"firing for a schedule naming no run":                   {"node": "localhost", "reason": map[string]any{"kind": "schedule", "detail": "ended long ago"}},
+		"firing for joined naming a run":                        {"node": "gpu-2", "uid": "uid-gpu-2", "reason": map[string]any{"kind": "joined", "run": "run-a", "detail": "new node"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, _, _, fir2 := clone(t)
 			resign(t, c, fir2, f.Reconciler, func(pred map[string]any) {
-				pred["chosen"].([]any)[0].(map[string]any)["reason"] = reason
+				maps.Copy(pred["chosen"].([]any)[0].(map[string]any), chosen)
+				pred["pool"] = append(pred["pool"].([]any), map[string]any{"node": "gpu-2", "uid": "uid-gpu-2"})
 			})
 			rep := auditCopy(t, c)
 			assert.Len(t, findingsAt(rep, audit.RuleFiringTriggerUnproven, fir2), 1, "%v", rep.Findings)
+			assert.Len(t, rep.Findings, 1, "%v", rep.Findings)
 		})
 	}
 

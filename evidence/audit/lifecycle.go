@@ -401,7 +401,8 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 	subject := signing.SubjectName(specs.KindRequest, r.id, action)
 	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})
 	approvals := r.approvals(rel, act.Approvals)
-	r.decided(rel, r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At))
+	d := r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At)
+	r.decided(rel, d)
 	switch action {
 	case signing.ActionCancel:
 		if rc := r.file(evidence.ReceiptFile); rc != nil && f.landed.index > rc.landed.index {
@@ -413,6 +414,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		}
 		r.notBefore(rel, f, evidence.EvidenceFile, r.evFile)
 		r.report.Released = true
+		r.releaseApproved = d.Approved
 	}
 }
 
@@ -456,6 +458,7 @@ func (r *runAudit) checkReceipt() {
 		if !slices.Equal(pass, sortedCopy(rc.Released)) || !slices.Equal(other, sortedCopy(rc.Retained)) {
 			r.add(RuleVerdict, rel, fmt.Sprintf("released %v and retained %v, but the Pass nodes are %v", rc.Released, rc.Retained, pass))
 		}
+		r.checkCertifiedUntil(&rc, len(pass) > 0)
 	}
 	ec, ok := r.a.byHash[plumbing.NewHash(rc.EvidenceCommit)]
 	switch {
@@ -465,6 +468,21 @@ func (r *runAudit) checkReceipt() {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is before the commit where evidence.json landed (%s)", shortHash(rc.EvidenceCommit), shortHash(r.evFile.commit.hash.String())))
 	case ec.index > r.rcFile.landed.index:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is after the receipt's own commit", shortHash(rc.EvidenceCommit)))
+	}
+}
+
+// checkCertifiedUntil holds the receipt's certifiedUntil to the run
+// evidence (rule verdict): a run that released no node as passing
+// certified none, so it records none; otherwise it is zero (labelling
+// off) or after the run evidence's endedAt, which it counts from.
+func (r *runAudit) checkCertifiedUntil(rc *evidence.Receipt, passed bool) {
+	cu := rc.CertifiedUntil
+	switch {
+	case cu.IsZero():
+	case !passed:
+		r.add(RuleVerdict, evidence.ReceiptFile, fmt.Sprintf("certifiedUntil %s, but no node passed: the run certified none", cu.UTC().Format(time.RFC3339)))
+	case !cu.After(r.ev.EndedAt):
+		r.add(RuleVerdict, evidence.ReceiptFile, fmt.Sprintf("certifiedUntil %s is not after the run evidence's endedAt %s", cu.UTC().Format(time.RFC3339Nano), r.ev.EndedAt.UTC().Format(time.RFC3339Nano)))
 	}
 }
 

@@ -47,7 +47,8 @@ const (
 	// check intents are held to are not bound to the approved bundle.
 	RuleBundleDigest = "bundle-digest"
 	// RuleVerdict: a recorded verdict is not what the documents it sums
-	// up imply.
+	// up imply (a receipt's released and retained nodes, or its
+	// certifiedUntil: none without a passing node, else after endedAt).
 	RuleVerdict = "verdict"
 	// RuleRunSummary: the run evidence (evidence.json) is not exactly
 	// Summarize of the run's check documents and cancel: its run verdict,
@@ -91,12 +92,15 @@ const (
 	// numbered 1, 2, … without a gap, each landing after the one before.
 	RuleFiringSequence = "firing-sequence"
 	// RuleFiringTriggerUnproven: a firing chose a node for a due reason
-	// its standing certification does not fire on, or a reason that does
-	// not name the run it refers to.
+	// its standing certification does not fire on, a reason that does
+	// not name the run it refers to, or one the branch's history before
+	// the firing does not show (the named run is not the node's latest
+	// finished run of the profile, or does not make the node due).
 	RuleFiringTriggerUnproven = "firing-trigger-unproven"
 	// RuleBudgetExceeded: a firing takes more nodes than its standing
-	// certification's budget allows for its recorded pool, or takes nodes
-	// its pool and in-use lists do not count.
+	// certification's budget allows for its recorded pool, takes nodes
+	// its pool and in-use lists do not count, or leaves out of its in-use
+	// nodes a pool node signet held at its tip.
 	RuleBudgetExceeded = "budget-exceeded"
 	// RuleRevocationAnchor: a key's revokedAfterCommit names a commit that
 	// is not on the audited first-parent history; the key's signatures

@@ -61,6 +61,12 @@ type runAudit struct {
 	intents    []*evidence.CheckIntent
 	actions    map[string]*evidence.Action
 	approvedBy map[string][]string
+	// releaseApproved: the release document met the trust policy.
+	releaseApproved bool
+	// hist is what the run adds to the replay that proves firings
+	// (checkFiringHistory), kept by compact; nil for a run restored from
+	// a checkpoint, whose part the checkpoint's state holds.
+	hist *runHistory
 }
 
 func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec) *runAudit {
@@ -260,6 +266,7 @@ func (r *runAudit) sameRun(rel, run, cluster string) bool {
 func (r *runAudit) check() {
 	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir}
 	defer func() { r.report.Phase = evidence.PhaseOf(r.present...) }()
+	defer r.collectHistory()
 	at, _ := evidence.ParsePath(r.dir)
 	if !evidence.IsDNSLabel(r.cluster) {
 		r.add(RuleLayout, "", fmt.Sprintf("cluster %q is not a DNS label", r.cluster))

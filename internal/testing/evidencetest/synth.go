@@ -32,12 +32,40 @@ type Run struct {
 	Fired bool
 	// FiredOnly: the run stops after its firing record, never admitted.
 	FiredOnly bool
+	// Reason is the due reason the run's firing records for its node.
+	// When Kind is empty it is the reason the fixture's own history shows:
+	// joined when no earlier run of the fixture finished, otherwise
+	// identity naming the latest finished run (every run sees the node
+	// with a new UID), or schedule with SameUID. A Run or Detail left
+	// empty is filled in the same way.
+	Reason evidence.DueReason
+	// Ago dates the run this long before it is written: its firing,
+	// admission, checks, evidence and receipt state that time (commits
+	// are dated when they are made), so that a history of days is built
+	// at once.
+	Ago time.Duration
+	// TTL: the receipt's certifiedUntil is the run's end plus TTL when
+	// the node passed; zero records none.
+	TTL time.Duration
+	// SameUID: the node keeps the UID it had in the run before.
+	SameUID bool
+	// Open: the run stops after its checks, without run evidence or
+	// receipt: it still holds its node.
+	Open bool
+	// Released: an approved release (release.json) follows the receipt,
+	// releasing the nodes it retained.
+	Released bool
 }
 
 // Standing is the name of the standing certification of Fired runs: the
 // pool is node localhost (the profile is local), one node per run, budget
-// one node.
+// one node (DefaultStandingSpec).
 const Standing = "pool"
+
+// DefaultStandingSpec is the spec of the standing certification of
+// BuildRuns, after its profile (quick) and pool (localhost): due every
+// 24h (and so when joined) and on identity changes, budget one node.
+const DefaultStandingSpec = "  nodesPerRun: 1\n  every: 24h\n  triggers: [identity]\n  budget: {maxNodes: 1}\n"
 
 // Build writes a fixture under dir whose evidence branch holds runs
 // (request names) of a profile of two local checks ("first", "second")
@@ -55,6 +83,13 @@ func Build(ctx context.Context, dir string, runs ...string) (*Fixture, error) {
 
 // BuildRuns is Build with each run's course spelled out.
 func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
+	return BuildStanding(ctx, dir, DefaultStandingSpec, runs...)
+}
+
+// BuildStanding is BuildRuns with the standing certification's spec
+// (YAML lines of its spec after profile and nodes, as in
+// DefaultStandingSpec).
+func BuildStanding(ctx context.Context, dir, standingSpec string, runs ...Run) (*Fixture, error) {
 	f, err := NewFixture(dir)
 	if err != nil {
 		return nil, err
@@ -65,16 +100,14 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	for _, ck := range []string{"first", "second"} {
 		fmt.Fprintf(&yaml, "  - name: %s\n    script: ok.sh\n    backend: local\n    deadline: 20s\n", ck)
 	}
-	canceled := map[string]bool{}
 	if slices.ContainsFunc(runs, func(r Run) bool { return r.Fired || r.FiredOnly }) {
-		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n  nodesPerRun: 1\n  every: 24h\n  budget: {maxNodes: 1}\n", Standing)
+		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n%s", Standing, standingSpec)
 	}
 	for _, r := range runs {
 		if r.FiredOnly {
 			continue
 		}
 		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n", r.Name)
-		canceled[r.Name] = r.Canceled
 	}
 	w, err := newWriter(ctx, f.Repo, filepath.Join(dir, "state"), Cluster, "localhost", yaml.String(), f.Reconciler, f.Approver)
 	if err != nil {
@@ -87,18 +120,23 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 		reqs[req.Name] = req
 	}
 	for _, r := range runs {
-		now := time.Now().UTC()
+		now := time.Now().UTC().Add(-r.Ago)
+		w.cur = fmt.Sprintf("uid-%d", w.seq)
+		if r.SameUID && w.lastUID != "" {
+			w.cur = w.lastUID
+		}
 		var firing *evidence.FileRef
 		if r.Fired || r.FiredOnly {
-			if firing, err = w.fire(ctx, r.Name, now); err != nil {
+			if firing, err = w.fire(ctx, r.Name, now, r.Reason); err != nil {
 				return nil, fmt.Errorf("run %s: %w", r.Name, err)
 			}
 		}
 		if !r.FiredOnly {
-			if err := w.runAt(ctx, reqs[r.Name], canceled[r.Name], now, firing); err != nil {
+			if err := w.runAt(ctx, reqs[r.Name], r, now, firing); err != nil {
 				return nil, fmt.Errorf("run %s: %w", r.Name, err)
 			}
 		}
+		w.lastUID = w.cur
 		f.Runs = append(f.Runs, r.Name)
 	}
 	y, err := f.Policy.MarshalYAML()
@@ -195,6 +233,11 @@ type writer struct {
 	seq    int64
 	prev   *evidence.FileRef
 	docs   int
+	// last is the latest run that finished (none yet when Run is
+	// empty); cur and lastUID the node's UID in the run being written
+	// (BuildStanding) and in the one before.
+	last         evidence.NodeRun
+	cur, lastUID string
 }
 
 // newWriter creates the bare repository remote, a trust policy of key
@@ -273,16 +316,52 @@ func ref(f evidence.File) evidence.FileRef {
 // first check), the run evidence (Summarize of the checks), and the
 // receipt with its chain link.
 func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) error {
-	return w.runAt(ctx, req, canceled, time.Now().UTC(), nil)
+	return w.runAt(ctx, req, Run{Canceled: canceled}, time.Now().UTC(), nil)
 }
 
-// uid is the node's UID in the next run the writer writes.
-func (w *writer) uid() string { return fmt.Sprintf("uid-%d", w.seq) }
+// uid is the node's UID in the run the writer writes: cur, or a new one
+// after every receipt.
+func (w *writer) uid() string {
+	if w.cur != "" {
+		return w.cur
+	}
+	return fmt.Sprintf("uid-%d", w.seq)
+}
+
+// reason fills in the due reason of the writer's node from what the
+// writer wrote before (Run.Reason).
+func (w *writer) reason(r evidence.DueReason) evidence.DueReason {
+	if r.Kind == "" {
+		switch {
+		case w.last.Run == "":
+			r.Kind = evidence.DueJoined
+		case w.uid() != w.last.Identity.UID:
+			r.Kind = evidence.DueIdentity
+		default:
+			r.Kind = evidence.DueSchedule
+		}
+	}
+	if r.Run == "" && r.Kind != evidence.DueJoined {
+		r.Run = w.last.Run
+	}
+	if r.Detail == "" {
+		switch r.Kind {
+		case evidence.DueJoined:
+			r.Detail = "no run of the profile covers the node"
+		case evidence.DueIdentity:
+			r.Detail = fmt.Sprintf("identity changed since run %s: uid: %q → %q", r.Run, w.last.Identity.UID, w.uid())
+		default:
+			r.Detail = fmt.Sprintf("%s since run %s", r.Kind, r.Run)
+		}
+	}
+	return r
+}
 
 // fire writes firing record run of the standing certification (chosen:
-// the writer's node, joined) at now, decided on the store's tip, with the
-// index entry and its approval copy, and returns its reference.
-func (w *writer) fire(ctx context.Context, run string, now time.Time) (*evidence.FileRef, error) {
+// the writer's node, for reason filled in by w.reason) at now, decided on
+// the store's tip, with the index entry and its approval copy, and returns
+// its reference.
+func (w *writer) fire(ctx context.Context, run string, now time.Time, reason evidence.DueReason) (*evidence.FileRef, error) {
 	seq, ok := specs.FiringSequence(w.standing.Name, run)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a firing of %s", run, w.standing.Name)
@@ -294,7 +373,7 @@ func (w *writer) fire(ctx context.Context, run string, now time.Time) (*evidence
 		Approvals: []evidence.FileRef{ref(apF)},
 		Pool:      []evidence.PoolNode{{Node: w.node, UID: w.uid()}}, InUse: []string{},
 		Chosen: []evidence.ChosenNode{{Node: w.node, UID: w.uid(),
-			Reason: evidence.DueReason{Kind: evidence.DueJoined, Detail: "no run of the profile covers the node"}}},
+			Reason: w.reason(reason)}},
 	}
 	frF, err := w.sign(path.Join(dir, evidence.FiringFile), evidence.PredicateFiring, []signing.Subject{signing.SubjectFor(w.standing.Ref(), w.standing.Digest)}, fr)
 	if err != nil {
@@ -310,8 +389,8 @@ func (w *writer) fire(ctx context.Context, run string, now time.Time) (*evidence
 
 // runAt is run at now; firing, when set, is the run's firing record, which
 // the admission names (the index entry landed with it).
-func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, now time.Time, firing *evidence.FileRef) error {
-	run, prof := req.Name, w.prof.Profile
+func (w *writer) runAt(ctx context.Context, req *specs.Object, r Run, now time.Time, firing *evidence.FileRef) error {
+	run, prof, canceled := req.Name, w.prof.Profile, r.Canceled
 	dir := evidence.RunDir(w.cluster, run, now)
 	uid := w.uid()
 	snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid, BootID: "boot", Kernel: "6.1"}, "", "  ")
@@ -365,6 +444,9 @@ func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, no
 			return err
 		}
 	}
+	if r.Open {
+		return nil
+	}
 	ev := evidence.Summarize(&adm, docs, canceled)
 	ev.Admission, ev.EndedAt = ref(admF), now
 	evF, err := w.sign(path.Join(dir, evidence.EvidenceFile), evidence.PredicateEvidence, snapSubj, ev)
@@ -385,6 +467,9 @@ func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, no
 			rc.Retained = append(rc.Retained, n.Node)
 		}
 	}
+	if len(rc.Released) > 0 && r.TTL > 0 {
+		rc.CertifiedUntil = now.Add(r.TTL)
+	}
 	rcF, err := w.sign(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(evF.Path, rc.Evidence.Digest)}, rc)
 	if err != nil {
 		return err
@@ -395,6 +480,11 @@ func (w *writer) runAt(ctx context.Context, req *specs.Object, canceled bool, no
 		return err
 	}
 	w.prev = &rcRef
+	w.last = evidence.NodeRun{Run: run, Profile: w.prof.Name, EndedAt: now, Verdict: ev.Verdict, CertifiedUntil: rc.CertifiedUntil,
+		Identity: evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid}}
+	if r.Released {
+		return w.action(ctx, dir, reqRef, run, signing.ActionRelease, rc.Retained, now)
+	}
 	return nil
 }
 
@@ -429,18 +519,28 @@ func (w *writer) check(ctx context.Context, dir, run, uid string, i int, name st
 
 // cancel writes an approved cancel of the run, with its approval copy.
 func (w *writer) cancel(ctx context.Context, dir string, req evidence.ObjectRef, run string, now time.Time) error {
-	subject := signing.SubjectName(specs.KindRequest, run, signing.ActionCancel)
+	return w.action(ctx, dir, req, run, signing.ActionCancel, []string{w.node}, now)
+}
+
+// action writes an approved cancel or release (action) of the run's
+// nodes, with its approval copy.
+func (w *writer) action(ctx context.Context, dir string, req evidence.ObjectRef, run, action string, nodes []string, now time.Time) error {
+	subject := signing.SubjectName(specs.KindRequest, run, action)
 	approval, err := w.approve([]signing.Subject{signing.SubjectFor(subject, req.Digest)})
 	if err != nil {
 		return err
 	}
-	apF := evidence.File{Path: evidence.ApprovalPath(dir, "cancel-approval.json"), Data: approval}
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, action+"-approval.json"), Data: approval}
 	w.docs++
-	act := evidence.Action{Run: run, Action: signing.ActionCancel, Request: req, Approvals: []evidence.FileRef{ref(apF)}, Nodes: []string{w.node}, At: now}
-	f, err := w.sign(path.Join(dir, evidence.CancelFile), evidence.PredicateCancel, []signing.Subject{signing.SubjectFor(subject, req.Digest)}, act)
+	act := evidence.Action{Run: run, Action: action, Request: req, Approvals: []evidence.FileRef{ref(apF)}, Nodes: nodes, At: now}
+	file, pred := evidence.CancelFile, evidence.PredicateCancel
+	if action == signing.ActionRelease {
+		file, pred = evidence.ReleaseFile, evidence.PredicateRelease
+	}
+	f, err := w.sign(path.Join(dir, file), pred, []signing.Subject{signing.SubjectFor(subject, req.Digest)}, act)
 	if err != nil {
 		return err
 	}
-	_, err = w.store.Append(ctx, "cancel", []evidence.File{apF, f})
+	_, err = w.store.Append(ctx, action, []evidence.File{apF, f})
 	return err
 }

@@ -27,7 +27,7 @@ func TestReportFiredRun(t *testing.T) {
 	res, err := report.Build(t.Context(), report.Options{Repo: f.Repo, Policy: f.Policy, Out: out})
 	require.NoError(t, err)
 	require.Empty(t, res.Audit.Findings)
-	site := readTree(t, out)
+	site := readTree(t, filepath.Join(out, report.CurrentLink))
 	page := site["runs/fixture/pool-2.html"]
 	assert.NotContains(t, page, `id="withheld"`)
 	assert.Contains(t, page, `id="chosen"`)
@@ -60,7 +60,7 @@ func TestReportFiredRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Audit.Findings, 1)
 	require.Equal(t, audit.RuleBudgetExceeded, res.Audit.Findings[0].Rule)
-	site = readTree(t, out)
+	site = readTree(t, filepath.Join(out, report.CurrentLink))
 	assert.Contains(t, site["runs/fixture/pool-2.html"], `id="withheld"`)
 	assert.NotContains(t, site["runs/fixture/pool-2.html"], `id="chosen"`)
 }

@@ -285,6 +285,10 @@ const (
 	DueExpiry   = "expiry"
 	DueExpired  = "expired"
 	DueIdentity = "identity"
+	// DueFailed: the node's latest run of the profile did not pass and
+	// the node is no longer held (an approved release lifted it): it is
+	// recertified at once, whatever the schedule.
+	DueFailed = "failed"
 )
 
 // Nodes are the names of the firing's chosen nodes, in order.

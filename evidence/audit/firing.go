@@ -259,6 +259,7 @@ func reasonProblem(fr *evidence.Firing, i int, run string) string {
 		evidence.DueExpiry:   spec.BeforeExpiry != "",
 		evidence.DueIdentity: slices.Contains(spec.Triggers, specs.TriggerIdentity),
 		evidence.DueExpired:  slices.Contains(spec.Triggers, specs.TriggerExpired),
+		evidence.DueFailed:   true,
 	}
 	c := fr.Chosen[i]
 	k := c.Reason.Kind

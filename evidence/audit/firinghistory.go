@@ -338,6 +338,10 @@ func reasonUnshown(spec specs.StandingSpec, firedAt time.Time, c evidence.Chosen
 		return fmt.Sprintf("due reason %s names run %s, but the node's latest finished run of profile %s before the firing is %s", k, c.Reason.Run, spec.Profile, nr.Run)
 	}
 	switch k {
+	case evidence.DueFailed:
+		if nr.Verdict == specs.VerdictPass {
+			return fmt.Sprintf("due reason failed, but run %s passed on the node", nr.Run)
+		}
 	case evidence.DueSchedule:
 		every, _ := durationOf(spec.Every)
 		if due := nr.EndedAt.Add(every); due.After(firedAt) {

@@ -117,6 +117,8 @@ func TestAuditFiringHistory(t *testing.T) {
 			"chosen[0] localhost: due reason expired, but run pool-5 certified the node until %s, after the firing time %s"},
 		{"expired naming a run that certified nothing", "pool-5", reason("expired", "pool-4"),
 			"chosen[0] localhost: due reason expired, but run pool-4 certified the node until no time (its receipt records no certifiedUntil for it)"},
+		{"failed naming a run that passed", "pool-6", reason("failed", "pool-5"),
+			"chosen[0] localhost: due reason failed, but run pool-5 passed on the node"},
 		{"identity with identical snapshots", "pool-4", reason("identity", "pool-3"),
 			"chosen[0] localhost: due reason identity, but the node's snapshot in run pool-3 and its admission snapshot in this run agree in uid, systemUUID, bootID, kernel, gpuProduct and gpuDriver"},
 	} {

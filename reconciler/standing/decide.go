@@ -59,6 +59,7 @@ const (
 	ReasonExpiry   = evidence.DueExpiry
 	ReasonExpired  = evidence.DueExpired
 	ReasonIdentity = evidence.DueIdentity
+	ReasonFailed   = evidence.DueFailed
 )
 
 // Reason is why one node is due: its kind, the run it refers to (none for
@@ -173,6 +174,11 @@ func dueOf(n Node, every, before time.Duration, triggers map[specs.Trigger]bool,
 		return nil, time.Time{}
 	}
 	last := n.Last
+	if last.Verdict != specs.VerdictPass {
+		// Released after a non-Pass: not certified, due at once.
+		return &Due{Node: n.Name, Since: last.EndedAt, Reason: Reason{Kind: ReasonFailed, Run: last.Run,
+			Detail: fmt.Sprintf("run %s ended %s for the node, which is released and not certified", last.Run, last.Verdict)}}, time.Time{}
+	}
 	if triggers[specs.TriggerIdentity] {
 		if ch := evidence.IdentityChanges(last.Identity, n.Identity); len(ch) > 0 {
 			var words []string

@@ -174,3 +174,24 @@ func TestDecideExpiry(t *testing.T) {
 	assert.Equal(t, ReasonExpiry, d.Firings[1][0].Reason.Kind)
 	assert.Equal(t, t0.Add(7*24*time.Hour), d.Next)
 }
+
+// TestDecideFailedNodeOnceReleased: a node whose latest run did not pass
+// is never due while it is retained (held: it counts against the budget);
+// once an approved release lifts it, it is due at once, whatever the
+// schedule, and names that run.
+func TestDecideFailedNodeOnceReleased(t *testing.T) {
+	failed := &LastRun{Run: "r1", EndedAt: t0, Verdict: specs.VerdictFail, Identity: id("b1")}
+	pool := []Node{
+		{Name: "n0", Identity: id("b1"), Last: failed, Held: true},
+		{Name: "n1", Identity: id("b1"), Last: passed("r2", t0, t0.Add(2*week))},
+	}
+	now := t0.Add(time.Hour)
+	d := Decide(weekly(3, 1), 1, pool, now)
+	assert.Empty(t, d.Firings, "a retained node is not due")
+	assert.Equal(t, 1, d.InUse)
+
+	pool[0].Held = false
+	d = Decide(weekly(3, 1), 1, pool, now)
+	require.Equal(t, [][]string{{"n0"}}, names(d.Firings), "released after a Fail, the node is due before its schedule")
+	assert.Equal(t, Reason{Kind: ReasonFailed, Run: "r1", Detail: "run r1 ended Fail for the node, which is released and not certified"}, d.Firings[0][0].Reason)
+}

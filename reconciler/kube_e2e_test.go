@@ -542,6 +542,9 @@ func TestKubernetes(t *testing.T) {
 			e.audit()
 		})
 	}
+
+	t.Run("StandingPool", func(t *testing.T) { standingPool(t, w) })
+	t.Run("StandingTwoReconcilers", func(t *testing.T) { standingTwoReconcilers(t, w) })
 }
 
 // countPodCreations counts, from now on, how many times each pod name of

@@ -95,6 +95,14 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 		}
 	}
 	for _, o := range rendering.Objects {
+		if o.Kind != specs.KindStanding || r.only != "" {
+			continue
+		}
+		if err := pass.standingCertification(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range rendering.Objects {
 		if o.Kind == specs.KindProfile {
 			pass.profileStatus(o)
 		}

@@ -41,6 +41,14 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 		}
 		for _, id := range ids {
 			rs, err := r.loadRun(ctx, id)
+			var fo *firedOnlyError
+			if errors.As(err, &fo) {
+				// Admitted by the first pass that reads its standing
+				// certification; never decided again.
+				r.claim(fo.fired)
+				r.log.Info("fired run awaits admission", "run", id)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("run %s: %w", id, err)
 			}
@@ -145,6 +153,11 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	}
 	ap := path.Join(dir, evidence.AdmissionFile)
 	b, err := r.store.Read(ctx, ap)
+	if errors.Is(err, evidence.ErrNotFound) {
+		if err := r.loadFired(ctx, id, dir); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ap, err)
 	}

@@ -36,7 +36,7 @@ type ApprovalPredicate struct {
 }
 
 var (
-	subjectRE = regexp.MustCompile(`^(CertificationProfile|CertificationRequest)/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(#(cancel|release))?$`)
+	subjectRE = regexp.MustCompile(`^(CertificationProfile|CertificationRequest|StandingCertification)/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(#(cancel|release))?$`)
 	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 

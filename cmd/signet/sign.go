@@ -196,7 +196,8 @@ func (o *signOptions) subjects(r *specs.Rendering) ([]signing.Subject, error) {
 	return out, nil
 }
 
-// findObject resolves KIND/NAME (KIND also "profile" or "request").
+// findObject resolves KIND/NAME (KIND also "profile", "request" or
+// "standing").
 func findObject(r *specs.Rendering, ref string) (*specs.Object, error) {
 	kind, name, ok := strings.Cut(ref, "/")
 	if !ok || name == "" {
@@ -207,8 +208,10 @@ func findObject(r *specs.Rendering, ref string) (*specs.Object, error) {
 		kind = specs.KindProfile
 	case "request", strings.ToLower(specs.KindRequest):
 		kind = specs.KindRequest
+	case "standing", strings.ToLower(specs.KindStanding):
+		kind = specs.KindStanding
 	default:
-		return nil, &usageError{fmt.Errorf("--object %q: kind %q is not CertificationProfile or CertificationRequest", ref, kind)}
+		return nil, &usageError{fmt.Errorf("--object %q: kind %q is not CertificationProfile, CertificationRequest or StandingCertification", ref, kind)}
 	}
 	for _, obj := range r.Objects {
 		if obj.Kind == kind && obj.Name == name {

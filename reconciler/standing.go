@@ -59,6 +59,9 @@ type firedRun struct {
 // strict compare-and-swap on the tip it was decided from) and admits it.
 // It returns an error only when the whole pass is unreliable.
 func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error {
+	if err := p.standingReleases(ctx, o); err != nil {
+		return err
+	}
 	sp, err := p.standingGates(ctx, o)
 	if err != nil {
 		return p.settleStanding(o, err, nil)
@@ -90,6 +93,7 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	// the one it lands on.
 	var fired []string
 	var st *StandingStatus
+	moved := 0
 	for {
 		if seq, tip, err = r.store.NextFiringSequence(ctx, r.cfg.Cluster, name); err != nil {
 			return fmt.Errorf("standing certification %s: %w", name, err)
@@ -110,9 +114,14 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 		}
 		run, err := p.fire(ctx, sp, seq, tip, now, pool, inUse, d.Firings[0])
 		if errors.Is(err, evidence.ErrTipMoved) || errors.Is(err, evidence.ErrExists) {
-			// Another writer moved the branch since the decision: decide
-			// again on the new tip, next pass.
-			r.log.Info("firing not recorded: the evidence branch moved; deciding again next pass", "standing", name, "error", err)
+			// The branch moved since the decision (a run of this
+			// reconciler wrote a step, or another writer): nothing was
+			// recorded; decide again on the new tip, a few times, then
+			// next pass.
+			if moved++; moved <= maxFiringRetries {
+				continue
+			}
+			r.log.Info("firing not recorded: the evidence branch kept moving; deciding again next pass", "standing", name, "error", err)
 			break
 		}
 		if err != nil {
@@ -122,6 +131,45 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	}
 	return p.settleStanding(o, nil, st)
 }
+
+// standingReleases acts on spec.release: each firing of o it lists whose
+// run finished and retains nodes is released once its own action
+// (StandingCertification/<name>#release:<run>, o's digest) is approved.
+// A release is an action on its own: it does not need o's approval to be
+// valid now, only its own. Firings not yet finished, or retaining
+// nothing, are left alone.
+func (p *pass) standingReleases(ctx context.Context, o *specs.Object) error {
+	if len(p.findings(o)) > 0 {
+		return nil
+	}
+	r := p.r
+	for _, run := range o.Standing.Spec.Release {
+		r.mu.Lock()
+		rs := r.runs[run]
+		r.mu.Unlock()
+		if rs == nil {
+			continue // not fired, or fired and not admitted: nothing retained
+		}
+		if err := r.refreshForeign(ctx, rs); err != nil {
+			return fmt.Errorf("run %s: %w", run, err)
+		}
+		rs.mu.Lock()
+		finished, retained := rs.receipt != nil, slices.Clone(rs.retained)
+		rs.mu.Unlock()
+		if !finished || rs.adm.Firing == nil || len(retained) == 0 {
+			continue
+		}
+		subject := signing.SubjectName(specs.KindStanding, o.Name, specs.StandingReleaseAction(run))
+		if _, err := r.releaseRun(ctx, p, rs, retained, subject, evidence.ObjectRef{Kind: o.Kind, Name: o.Name, Digest: o.Digest}); err != nil {
+			return fmt.Errorf("release of %s: %w", run, err)
+		}
+	}
+	return nil
+}
+
+// maxFiringRetries bounds how often one pass decides again after the
+// evidence branch moved under a firing.
+const maxFiringRetries = 3
 
 // standingPass is what the gates established about a standing
 // certification.

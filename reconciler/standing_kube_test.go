@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"fmt"
 	"os/exec"
+	"path"
 	"slices"
 	"sync"
 	"testing"
@@ -80,9 +81,11 @@ func standingPass(t *testing.T, e *env, w *kubeWorld, r *reconciler.Reconciler, 
 // clock the test moves. Every node is certified in name order (none was
 // certified before) and no pass ever finds more than 3 pool nodes
 // reserved; the node whose check fails stays reserved and counts against
-// the budget; a reboot (new boot ID) of one node fires a run for that node
-// only; a week later the nodes whose certification is oldest go first;
-// after the approval expired nothing fires. The audit is clean.
+// the budget until the release of its firing is approved, and is then
+// certified again at once; a reboot (new boot ID) of one node fires a run
+// for that node only; a week later the nodes whose certification is
+// oldest go first; after the approval expired nothing fires. The audit is
+// clean.
 func standingPool(t *testing.T, w *kubeWorld) {
 	e := newEnv(t)
 	clk := &clock{}
@@ -112,23 +115,48 @@ func standingPool(t *testing.T, w *kubeWorld) {
 	assert.Equal(t, 1, st.Failed)
 	assert.Equal(t, 1, st.InUse, "the retained node counts against the budget")
 
-	// A reboot of one node fires a run for that node only.
-	w.reboot(t, "sp-07", "rebooted-1")
+	// The node is repaired; a reviewed change lists its firing under
+	// spec.release and the release of that firing is approved: the next
+	// pass lifts the reservation and certifies the node again at once.
+	e.repo.AddStanding("weekly", "burn", "selector: {pool: sp}", "nodesPerRun: 1", "every: 168h", "triggers: [identity, joined]", "budget: {maxNodes: 3}", "release: [weekly-2]")
+	e.repo.Commit("release weekly-2")
+	_, err := r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"sp-01"}, w.reservedBySignet(t, pool), "release: [weekly-2] without its approval changes nothing")
+	e.repo.Approve(e.keys.ApproverFile, "release", standingRef+"weekly")
 	fired := standingPass(t, e, w, r, "weekly", pool, 3)
 	require.Len(t, fired, 1)
 	fr := e.firing(fired[0])
 	require.Len(t, fr.Chosen, 1)
+	assert.Equal(t, "sp-01", fr.Chosen[0].Node)
+	assert.Equal(t, evidence.DueFailed, fr.Chosen[0].Reason.Kind)
+	assert.Equal(t, "weekly-2", fr.Chosen[0].Reason.Run)
+	assert.Empty(t, fr.InUse, "the released node no longer counts")
+	assert.Contains(t, e.evidence().Files(), path.Join(e.evidence().RunDir(cluster, "weekly-2"), evidence.ReleaseFile))
+	assert.Empty(t, w.reservedBySignet(t, pool), "every node certified and released")
+
+	// A reboot of one node fires a run for that node only.
+	w.reboot(t, "sp-07", "rebooted-1")
+	fired = standingPass(t, e, w, r, "weekly", pool, 3)
+	require.Len(t, fired, 1)
+	fr = e.firing(fired[0])
+	require.Len(t, fr.Chosen, 1)
 	assert.Equal(t, "sp-07", fr.Chosen[0].Node)
 	assert.Equal(t, evidence.DueIdentity, fr.Chosen[0].Reason.Kind)
 	assert.Contains(t, fr.Chosen[0].Reason.Detail, "rebooted-1")
-	assert.Equal(t, []string{"sp-01"}, fr.InUse)
+	assert.Empty(t, fr.InUse)
 	assert.Empty(t, standingPass(t, e, w, r, "weekly", pool, 3), "nothing else is due")
 
-	// A week later: the oldest certifications first, two at a time
-	// beside the retained node.
+	// A week later: the oldest certifications first, three at a time
+	// (a pass whose firings kept losing the race to its own runs' steps
+	// leaves the rest to the next pass).
 	clk.Advance(7*24*time.Hour + time.Hour)
-	fired = standingPass(t, e, w, r, "weekly", pool, 3)
-	require.Len(t, fired, 2)
+	fired = nil
+	for pass := 0; len(fired) < 3 && pass < 5; pass++ {
+		fired = append(fired, standingPass(t, e, w, r, "weekly", pool, 3)...)
+	}
+	require.GreaterOrEqual(t, len(fired), 3)
+	fired = fired[:3]
 	var next []string
 	for _, run := range fired {
 		c := e.firing(run).Chosen
@@ -136,16 +164,16 @@ func standingPool(t *testing.T, w *kubeWorld) {
 		assert.Equal(t, evidence.DueSchedule, c[0].Reason.Kind)
 		next = append(next, c[0].Node)
 	}
-	assert.Equal(t, []string{"sp-00", "sp-02"}, next, "the oldest certifications go first")
+	assert.Equal(t, []string{"sp-00", "sp-02", "sp-03"}, next, "the oldest certifications go first")
 
 	// The approval expires ten days after it was signed: nothing fires.
 	clk.Advance(3 * 24 * time.Hour)
-	_, err := r.ReconcileOnce(t.Context())
+	_, err = r.ReconcileOnce(t.Context())
 	require.NoError(t, err)
 	reason, msg := readyReason(object(t, r, specs.KindStanding, "weekly"))
 	assert.Equal(t, "NotApproved", reason, msg)
 	assert.Contains(t, msg, "expired")
-	assert.Equal(t, []string{"sp-01"}, w.reservedBySignet(t, pool), "nothing fired after the approval expired")
+	assert.Empty(t, w.reservedBySignet(t, pool), "nothing fired after the approval expired")
 	e.audit()
 }
 

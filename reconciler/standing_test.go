@@ -271,3 +271,55 @@ func (e *env) admission(run string) evidence.Admission {
 	ev.Document(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, &adm)
 	return adm
 }
+
+// TestStandingLocalRelease: a firing whose check fails retains this
+// machine, which counts against the budget of 1: nothing more fires.
+// Listing the firing under spec.release changes nothing until the release
+// of that firing (StandingCertification/daily#release:daily-1) is
+// approved; then the pass records the release, the node is free and due
+// at once (its latest run failed), and daily-2 certifies it. The audit of
+// the branch, release included, is clean.
+func TestStandingLocalRelease(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("flaky", "", testenv.Check{Name: "flaky", Script: `if [ "$SIGNET_RUN_ID" = daily-1 ]; then result Fail; exit 1; fi; result Pass; exit 0`})
+	spec := []string{"nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}"}
+	e.repo.AddStanding("daily", "flaky", spec...)
+	e.repo.Commit("specs")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"flaky", standingRef+"daily")
+	r := e.build(e.config())
+
+	_, err := r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, specs.VerdictFail, e.wait(r, "daily-1").Verdict)
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st := standingStatus(t, r, "daily")
+	require.Empty(t, st.Fired)
+	assert.Equal(t, 1, st.InUse, "the retained node counts against the budget")
+	assert.Equal(t, 1, st.Failed)
+
+	e.repo.AddStanding("daily", "flaky", append(spec, "release: [daily-1]")...)
+	e.repo.Commit("release daily-1")
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st = standingStatus(t, r, "daily")
+	require.Empty(t, st.Fired, "released without the release's approval")
+	assert.Equal(t, 1, st.InUse)
+	assert.NotContains(t, e.evidence().Files(), path.Join(e.evidence().RunDir(cluster, "daily-1"), evidence.ReleaseFile))
+
+	e.repo.Approve(e.keys.ApproverFile, "release", standingRef+"daily")
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st = standingStatus(t, r, "daily")
+	require.Equal(t, []string{"daily-2"}, st.Fired, "%+v", st)
+	assert.Equal(t, specs.VerdictPass, e.wait(r, "daily-2").Verdict)
+	fr := e.firing("daily-2")
+	require.Len(t, fr.Chosen, 1)
+	assert.Equal(t, evidence.DueFailed, fr.Chosen[0].Reason.Kind)
+	assert.Equal(t, "daily-1", fr.Chosen[0].Reason.Run)
+	var rel evidence.Action
+	e.evidence().Document(path.Join(e.evidence().RunDir(cluster, "daily-1"), evidence.ReleaseFile), evidence.PredicateRelease, &rel)
+	assert.Equal(t, evidence.ObjectRef{Kind: specs.KindStanding, Name: "daily", Digest: rel.Request.Digest}, rel.Request)
+	assert.Equal(t, []string{e.host}, rel.Nodes)
+	e.audit()
+}

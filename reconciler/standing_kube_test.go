@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
@@ -252,4 +254,47 @@ func objectOrNil(r *reconciler.Reconciler, kind, name string) *reconciler.Object
 		}
 	}
 	return nil
+}
+
+// standingCrash: a reconciler on the real control plane is killed after
+// it recorded a firing and before it reserved anything (each crash point
+// of crash.StandingPoints, in a process of its own); the reconciler that
+// starts next on the same state and branch reserves and admits exactly
+// the recorded firing, fires nothing twice, and the node ends certified
+// and restored.
+func standingCrash(t *testing.T, w *kubeWorld) {
+	for i, point := range crash.StandingPoints {
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			prefix := fmt.Sprintf("sc%d", i)
+			pool := w.poolNodes(t, prefix, 2)
+			before := w.state(t, pool...)
+			e.repo.AddProfileFor("burn", 1, "", gpuCheck("burn", "pod", "result Pass; exit 0", 60))
+			e.repo.AddStanding("crashy", "burn", "selector: {pool: "+prefix+"}", "nodesPerRun: 1", "every: 168h", "budget: {maxNodes: 1}")
+			e.repo.Commit("specs")
+			e.repo.Approve(e.keys.ApproverFile, "", profileRef+"burn", standingRef+"crashy")
+
+			err, out := e.runPassProcess(e.kubeConfig(w), crash.EnvVar+"="+point)
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "the pass was not killed at %s:\n%s", point, out)
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the pass was not killed at %s (%v):\n%s", point, ee, out)
+			require.NotEmpty(t, e.evidence().RunDir(cluster, "crashy-1"), "the firing is not durable")
+			require.Empty(t, w.reservedBySignet(t, pool), "reserved before the firing's admission")
+
+			r := e.build(e.kubeConfig(w))
+			_, err = r.ReconcileOnce(t.Context())
+			require.NoError(t, err)
+			st := standingStatus(t, r, "crashy")
+			require.Empty(t, st.Fired, "the restarted reconciler fired again instead of resuming the recorded firing")
+			assert.Equal(t, specs.VerdictPass, e.wait(r, "crashy-1").Verdict)
+			fr := e.firing("crashy-1")
+			adm := e.admission("crashy-1")
+			require.Len(t, adm.Participants, 1)
+			assert.Equal(t, fr.Nodes(), []string{adm.Participants[0].Node})
+			assert.Equal(t, before, w.state(t, pool...), "every node restored exactly")
+			assert.Equal(t, 1, countSuffix(e.evidence().Files(), "/"+evidence.FiringFile), "firing records")
+			e.audit()
+		})
+	}
 }

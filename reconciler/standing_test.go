@@ -71,7 +71,8 @@ func standingStatus(t *testing.T, r *reconciler.Reconciler, name string) *reconc
 // anything is admitted, and the run passes; a pass an hour later fires
 // nothing and says when the node is due; a pass a day later fires daily-2
 // for the schedule, naming daily-1. A reconciler restarted on the same
-// branch fires nothing twice. The audit of the branch is clean.
+// branch fires nothing twice; after five days down it fires once; once
+// the approval is revoked nothing fires. The audit of the branch is clean.
 func TestStandingLocalDaily(t *testing.T) {
 	e := newEnv(t)
 	clk := &clock{}
@@ -125,6 +126,32 @@ func TestStandingLocalDaily(t *testing.T) {
 	st = standingStatus(t, r2, "daily")
 	assert.Empty(t, st.Fired, "a restarted reconciler fired again")
 	assert.Equal(t, "daily-2", st.LastFiring)
+
+	// Down for five days: the missed days fire once, not once per day.
+	clk.Advance(5 * 24 * time.Hour)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"daily-3"}, standingStatus(t, r2, "daily").Fired)
+	assert.Equal(t, specs.VerdictPass, e.wait(r2, "daily-3").Verdict)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, standingStatus(t, r2, "daily").Fired, "a missed schedule fired more than once")
+
+	// The approval is revoked (removed by a reviewed change): a day later
+	// the node is due and nothing fires.
+	approvals, err := filepath.Glob(filepath.Join(e.repo.Dir, ".signet", "approvals", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, approvals)
+	for _, a := range approvals {
+		require.NoError(t, os.Remove(a))
+	}
+	e.repo.Commit("revoke the approvals")
+	clk.Advance(25 * time.Hour)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	reason, msg := readyReason(object(t, r2, specs.KindStanding, "daily"))
+	assert.Equal(t, "NotApproved", reason, msg)
+	assert.Equal(t, 3, countSuffix(e.evidence().Files(), "/"+evidence.FiringFile), "fired without an approval")
 	e.audit()
 }
 

@@ -167,6 +167,17 @@ func (p *pass) standingReleases(ctx context.Context, o *specs.Object) error {
 	return nil
 }
 
+// releasedBy is the object whose approved release action frees what the
+// run retains: its request, or for a fired run the standing
+// certification that fired it.
+func (rs *runState) releasedBy() string {
+	if i := strings.LastIndex(rs.id, "-"); rs.adm.Firing != nil && i > 0 {
+		// A firing's run ID is "<standing>-<sequence>" (specs.FiringRunID).
+		return specs.SubjectName(specs.KindStanding, rs.id[:i], "")
+	}
+	return specs.SubjectName(specs.KindRequest, rs.id, "")
+}
+
 // maxFiringRetries bounds how often one pass decides again after the
 // evidence branch moved under a firing.
 const maxFiringRetries = 3

@@ -545,6 +545,7 @@ func TestKubernetes(t *testing.T) {
 
 	t.Run("StandingPool", func(t *testing.T) { standingPool(t, w) })
 	t.Run("StandingTwoReconcilers", func(t *testing.T) { standingTwoReconcilers(t, w) })
+	t.Run("StandingCrash", func(t *testing.T) { standingCrash(t, w) })
 }
 
 // countPodCreations counts, from now on, how many times each pod name of

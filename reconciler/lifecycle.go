@@ -465,7 +465,7 @@ func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 	rs.released, rs.retained, rs.releaseNotes = released, retained, notes
 	rs.mu.Unlock()
 	r.holds.release(rs.id, released)
-	r.holds.retain(rs.id, retained)
+	r.holds.retain(rs.id, retained, rs.releasedBy())
 	crash.Point("after-release")
 	return nil
 }

@@ -199,7 +199,7 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 		if released {
 			rs.markReleased(rc.Retained)
 		} else {
-			r.holds.retain(rs.id, rc.Retained)
+			r.holds.retain(rs.id, rc.Retained, rs.releasedBy())
 		}
 	}
 	r.mu.Lock()

@@ -59,6 +59,9 @@ type firedRun struct {
 // strict compare-and-swap on the tip it was decided from) and admits it.
 // It returns an error only when the whole pass is unreliable.
 func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error {
+	if err := p.standingReleases(ctx, o); err != nil {
+		return err
+	}
 	sp, err := p.standingGates(ctx, o)
 	if err != nil {
 		return p.settleStanding(o, err, nil)
@@ -69,10 +72,8 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	if err != nil {
 		return fmt.Errorf("standing certification %s: %w", name, err)
 	}
-	for s := int64(1); s < seq; s++ {
-		if err := r.loadFiring(ctx, specs.FiringRunID(name, s)); err != nil {
-			return fmt.Errorf("standing certification %s: %w", name, err)
-		}
+	if err := r.loadFirings(ctx, name, seq); err != nil {
+		return err
 	}
 	// A firing recorded and never admitted (a restart, or the reconciler
 	// that fired it stopped) is admitted now, never decided again.
@@ -90,9 +91,15 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	// the one it lands on.
 	var fired []string
 	var st *StandingStatus
+	moved := 0
 	for {
 		if seq, tip, err = r.store.NextFiringSequence(ctx, r.cfg.Cluster, name); err != nil {
 			return fmt.Errorf("standing certification %s: %w", name, err)
+		}
+		// Another reconciler may have fired since the last look: its
+		// firings claim their nodes before anything is decided.
+		if err := r.loadFirings(ctx, name, seq); err != nil {
+			return err
 		}
 		pool, inUse, err := r.poolFacts(ctx, sp)
 		if err != nil {
@@ -110,9 +117,14 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 		}
 		run, err := p.fire(ctx, sp, seq, tip, now, pool, inUse, d.Firings[0])
 		if errors.Is(err, evidence.ErrTipMoved) || errors.Is(err, evidence.ErrExists) {
-			// Another writer moved the branch since the decision: decide
-			// again on the new tip, next pass.
-			r.log.Info("firing not recorded: the evidence branch moved; deciding again next pass", "standing", name, "error", err)
+			// The branch moved since the decision (a run of this
+			// reconciler wrote a step, or another writer): nothing was
+			// recorded; decide again on the new tip, a few times, then
+			// next pass.
+			if moved++; moved <= maxFiringRetries {
+				continue
+			}
+			r.log.Info("firing not recorded: the evidence branch kept moving; deciding again next pass", "standing", name, "error", err)
 			break
 		}
 		if err != nil {
@@ -122,6 +134,56 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	}
 	return p.settleStanding(o, nil, st)
 }
+
+// standingReleases acts on spec.release: each firing of o it lists whose
+// run finished and retains nodes is released once its own action
+// (StandingCertification/<name>#release:<run>, o's digest) is approved.
+// A release is an action on its own: it does not need o's approval to be
+// valid now, only its own. Firings not yet finished, or retaining
+// nothing, are left alone.
+func (p *pass) standingReleases(ctx context.Context, o *specs.Object) error {
+	if len(p.findings(o)) > 0 {
+		return nil
+	}
+	r := p.r
+	for _, run := range o.Standing.Spec.Release {
+		r.mu.Lock()
+		rs := r.runs[run]
+		r.mu.Unlock()
+		if rs == nil {
+			continue // not fired, or fired and not admitted: nothing retained
+		}
+		if err := r.refreshForeign(ctx, rs); err != nil {
+			return fmt.Errorf("run %s: %w", run, err)
+		}
+		rs.mu.Lock()
+		finished, retained := rs.receipt != nil, slices.Clone(rs.retained)
+		rs.mu.Unlock()
+		if !finished || rs.adm.Firing == nil || len(retained) == 0 {
+			continue
+		}
+		subject := signing.SubjectName(specs.KindStanding, o.Name, specs.StandingReleaseAction(run))
+		if _, err := r.releaseRun(ctx, p, rs, retained, subject, evidence.ObjectRef{Kind: o.Kind, Name: o.Name, Digest: o.Digest}); err != nil {
+			return fmt.Errorf("release of %s: %w", run, err)
+		}
+	}
+	return nil
+}
+
+// releasedBy is the object whose approved release action frees what the
+// run retains: its request, or for a fired run the standing
+// certification that fired it.
+func (rs *runState) releasedBy() string {
+	if i := strings.LastIndex(rs.id, "-"); rs.adm.Firing != nil && i > 0 {
+		// A firing's run ID is "<standing>-<sequence>" (specs.FiringRunID).
+		return specs.SubjectName(specs.KindStanding, rs.id[:i], "")
+	}
+	return specs.SubjectName(specs.KindRequest, rs.id, "")
+}
+
+// maxFiringRetries bounds how often one pass decides again after the
+// evidence branch moved under a firing.
+const maxFiringRetries = 3
 
 // standingPass is what the gates established about a standing
 // certification.
@@ -424,7 +486,7 @@ func (p *pass) fire(ctx context.Context, sp *standingPass, seq int64, tip string
 		}
 		return "", err
 	}
-	r.log.Info("standing certification fired", "standing", o.Name, "run", run, "nodes", fr.Nodes())
+	r.log.Info("standing certification fired", "standing", o.Name, "run", run, "nodes", fr.Nodes(), "inUse", fr.InUse, "tip", tip)
 	crash.Point("after-firing")
 	fired := &firedRun{ref: evidence.FileRef{Path: fp, Digest: specs.DigestOf(f.Data)}, firing: fr}
 	r.claim(fired)
@@ -446,6 +508,14 @@ func (p *pass) fire(ctx context.Context, sp *standingPass, seq int64, tip string
 // reconciler admitted it first, its run is loaded, not started.
 func (p *pass) admitFiring(ctx context.Context, sp *standingPass, fr *firedRun) error {
 	r := p.r
+	// Another reconciler may have admitted it since it was loaded: then
+	// it is that reconciler's run, and nothing is reserved here.
+	dir := evidence.RunDir(r.cfg.Cluster, fr.firing.Run, fr.firing.FiredAt)
+	if ok, err := r.store.Exists(ctx, path.Join(dir, evidence.AdmissionFile)); err != nil {
+		return err
+	} else if ok {
+		return r.admittedElsewhere(ctx, fr, nil)
+	}
 	req := evidence.FiringRequest(&fr.firing)
 	canon, err := specs.CanonicalRequest(&req)
 	if err != nil {
@@ -464,12 +534,7 @@ func (p *pass) admitFiring(ctx context.Context, sp *standingPass, fr *firedRun) 
 	rs, err := r.admit(ctx, p, a)
 	if err != nil {
 		if errors.Is(err, errAdmittedElsewhere) {
-			r.holds.release(o.Name, a.nodes)
-			r.mu.Lock()
-			delete(r.fired, fr.firing.Run)
-			r.mu.Unlock()
-			_, err := r.loadRun(ctx, fr.firing.Run)
-			return err
+			return r.admittedElsewhere(ctx, fr, sp.family.Fleet)
 		}
 		var st *stalledError
 		if errors.As(err, &st) {
@@ -485,6 +550,34 @@ func (p *pass) admitFiring(ctx context.Context, sp *standingPass, fr *firedRun) 
 	r.mu.Unlock()
 	r.startRun(rs)
 	return nil
+}
+
+// admittedElsewhere drops the claim of a firing another reconciler
+// admitted and loads its run (not driven here). When this reconciler
+// reserved the firing's nodes first (fleet not nil: same run ID, so the
+// reservation is the other's too) and that run already finished, the
+// reservation of the nodes it released is lifted again.
+func (r *Reconciler) admittedElsewhere(ctx context.Context, fr *firedRun, fleet backend.Fleet) error {
+	run := fr.firing.Run
+	r.holds.release(run, fr.firing.Nodes())
+	r.mu.Lock()
+	delete(r.fired, run)
+	r.mu.Unlock()
+	rs, err := r.loadForeign(ctx, run)
+	if err != nil || fleet == nil {
+		return err
+	}
+	if err := r.refreshForeign(ctx, rs); err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	finished, released := rs.receipt != nil, slices.Clone(rs.released)
+	rs.mu.Unlock()
+	if !finished {
+		return nil
+	}
+	_, err = r.releaseNodes(ctx, fleet, rs, released)
+	return err
 }
 
 // claim records fr as a firing not admitted yet and holds its nodes for
@@ -522,6 +615,17 @@ func (r *Reconciler) firedOf(name string) []*firedRun {
 	return out
 }
 
+// loadFirings makes the firings 1 … seq-1 of standing certification name
+// known (loadFiring); those already known cost a map lookup.
+func (r *Reconciler) loadFirings(ctx context.Context, name string, seq int64) error {
+	for s := int64(1); s < seq; s++ {
+		if err := r.loadFiring(ctx, specs.FiringRunID(name, s)); err != nil {
+			return fmt.Errorf("standing certification %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // loadFiring makes run, a firing on the evidence branch, known: its run
 // when admitted (loadRun), its firing otherwise.
 func (r *Reconciler) loadFiring(ctx context.Context, run string) error {
@@ -532,13 +636,31 @@ func (r *Reconciler) loadFiring(ctx context.Context, run string) error {
 	if known || fired {
 		return nil
 	}
-	_, err := r.loadRun(ctx, run)
+	_, err := r.loadForeign(ctx, run)
 	var fo *firedOnlyError
 	if errors.As(err, &fo) {
 		r.claim(fo.fired)
 		return nil
 	}
 	return err
+}
+
+// loadForeign is loadRun for a run another reconciler may be driving: an
+// unfinished one is kept in r.runs too (loadRun leaves that to its
+// caller), so that its nodes count as held until its receipt lands
+// (refreshForeign).
+func (r *Reconciler) loadForeign(ctx context.Context, run string) (*runState, error) {
+	rs, err := r.loadRun(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.runs[run]; ok {
+		return cur, nil
+	}
+	r.runs[run] = rs
+	return rs, nil
 }
 
 // firedOnlyError is loadRun's answer for a run directory that holds a

@@ -71,7 +71,8 @@ func standingStatus(t *testing.T, r *reconciler.Reconciler, name string) *reconc
 // anything is admitted, and the run passes; a pass an hour later fires
 // nothing and says when the node is due; a pass a day later fires daily-2
 // for the schedule, naming daily-1. A reconciler restarted on the same
-// branch fires nothing twice. The audit of the branch is clean.
+// branch fires nothing twice; after five days down it fires once; once
+// the approval is revoked nothing fires. The audit of the branch is clean.
 func TestStandingLocalDaily(t *testing.T) {
 	e := newEnv(t)
 	clk := &clock{}
@@ -125,6 +126,32 @@ func TestStandingLocalDaily(t *testing.T) {
 	st = standingStatus(t, r2, "daily")
 	assert.Empty(t, st.Fired, "a restarted reconciler fired again")
 	assert.Equal(t, "daily-2", st.LastFiring)
+
+	// Down for five days: the missed days fire once, not once per day.
+	clk.Advance(5 * 24 * time.Hour)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"daily-3"}, standingStatus(t, r2, "daily").Fired)
+	assert.Equal(t, specs.VerdictPass, e.wait(r2, "daily-3").Verdict)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, standingStatus(t, r2, "daily").Fired, "a missed schedule fired more than once")
+
+	// The approval is revoked (removed by a reviewed change): a day later
+	// the node is due and nothing fires.
+	approvals, err := filepath.Glob(filepath.Join(e.repo.Dir, ".signet", "approvals", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, approvals)
+	for _, a := range approvals {
+		require.NoError(t, os.Remove(a))
+	}
+	e.repo.Commit("revoke the approvals")
+	clk.Advance(25 * time.Hour)
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	reason, msg := readyReason(object(t, r2, specs.KindStanding, "daily"))
+	assert.Equal(t, "NotApproved", reason, msg)
+	assert.Equal(t, 3, countSuffix(e.evidence().Files(), "/"+evidence.FiringFile), "fired without an approval")
 	e.audit()
 }
 
@@ -270,4 +297,56 @@ func (e *env) admission(run string) evidence.Admission {
 	var adm evidence.Admission
 	ev.Document(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, &adm)
 	return adm
+}
+
+// TestStandingLocalRelease: a firing whose check fails retains this
+// machine, which counts against the budget of 1: nothing more fires.
+// Listing the firing under spec.release changes nothing until the release
+// of that firing (StandingCertification/daily#release:daily-1) is
+// approved; then the pass records the release, the node is free and due
+// at once (its latest run failed), and daily-2 certifies it. The audit of
+// the branch, release included, is clean.
+func TestStandingLocalRelease(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("flaky", "", testenv.Check{Name: "flaky", Script: `if [ "$SIGNET_RUN_ID" = daily-1 ]; then result Fail; exit 1; fi; result Pass; exit 0`})
+	spec := []string{"nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}"}
+	e.repo.AddStanding("daily", "flaky", spec...)
+	e.repo.Commit("specs")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"flaky", standingRef+"daily")
+	r := e.build(e.config())
+
+	_, err := r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, specs.VerdictFail, e.wait(r, "daily-1").Verdict)
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st := standingStatus(t, r, "daily")
+	require.Empty(t, st.Fired)
+	assert.Equal(t, 1, st.InUse, "the retained node counts against the budget")
+	assert.Equal(t, 1, st.Failed)
+
+	e.repo.AddStanding("daily", "flaky", append(spec, "release: [daily-1]")...)
+	e.repo.Commit("release daily-1")
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st = standingStatus(t, r, "daily")
+	require.Empty(t, st.Fired, "released without the release's approval")
+	assert.Equal(t, 1, st.InUse)
+	assert.NotContains(t, e.evidence().Files(), path.Join(e.evidence().RunDir(cluster, "daily-1"), evidence.ReleaseFile))
+
+	e.repo.Approve(e.keys.ApproverFile, "release", standingRef+"daily")
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	st = standingStatus(t, r, "daily")
+	require.Equal(t, []string{"daily-2"}, st.Fired, "%+v", st)
+	assert.Equal(t, specs.VerdictPass, e.wait(r, "daily-2").Verdict)
+	fr := e.firing("daily-2")
+	require.Len(t, fr.Chosen, 1)
+	assert.Equal(t, evidence.DueFailed, fr.Chosen[0].Reason.Kind)
+	assert.Equal(t, "daily-1", fr.Chosen[0].Reason.Run)
+	var rel evidence.Action
+	e.evidence().Document(path.Join(e.evidence().RunDir(cluster, "daily-1"), evidence.ReleaseFile), evidence.PredicateRelease, &rel)
+	assert.Equal(t, evidence.ObjectRef{Kind: specs.KindStanding, Name: "daily", Digest: rel.Request.Digest}, rel.Request)
+	assert.Equal(t, []string{e.host}, rel.Nodes)
+	e.audit()
 }

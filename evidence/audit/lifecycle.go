@@ -381,6 +381,31 @@ func at[T any](s []T, i int) *T {
 	return nil
 }
 
+// actionSubject returns the approval subject and digest an action of the
+// run needs, and holds what the action says it acts on to the run: a
+// request's run is canceled or released by its request's actions
+// (CertificationRequest/<run>#<action>, the admitted digest); a fired
+// run is released by its standing certification's release of that firing
+// (StandingCertification/<name>#release:<run>, on the standing
+// certification's digest when the release was approved, which the action
+// records), and never canceled.
+func (r *runAudit) actionSubject(rel string, act *evidence.Action, action string) (string, specs.Digest) {
+	if r.firFile == nil {
+		if act.Request != r.adm.Request {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
+		}
+		return signing.SubjectName(specs.KindRequest, r.id, action), r.adm.Request.Digest
+	}
+	name := ""
+	if r.firing != nil {
+		name = r.firing.Standing.Name
+	}
+	if action != signing.ActionRelease || act.Request.Kind != specs.KindStanding || act.Request.Name != name {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("%s acts on %s, but a fired run is only released, by its standing certification %s", action, act.Request.Subject(), specs.SubjectName(specs.KindStanding, name, "")))
+	}
+	return signing.SubjectName(specs.KindStanding, name, specs.StandingReleaseAction(r.id)), act.Request.Digest
+}
+
 func (r *runAudit) checkAction(rel, predicate, action string) {
 	f := r.file(rel)
 	if f == nil {
@@ -395,13 +420,10 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
 	}
 	r.actions[rel] = &act
-	if act.Request != r.adm.Request {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
-	}
-	subject := signing.SubjectName(specs.KindRequest, r.id, action)
-	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})
+	subject, digest := r.actionSubject(rel, &act, action)
+	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, digest)})
 	approvals := r.approvals(rel, act.Approvals)
-	d := r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At)
+	d := r.a.policy.Decide(subject, digest, approvals, r.cluster, act.At)
 	r.decided(rel, d)
 	switch action {
 	case signing.ActionCancel:

@@ -1,0 +1,148 @@
+package kubetest
+
+import (
+	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	mpioptions "github.com/kubeflow/mpi-operator/cmd/mpi-operator/app/options"
+	mpiclientset "github.com/kubeflow/mpi-operator/pkg/client/clientset/versioned"
+	mpischeme "github.com/kubeflow/mpi-operator/pkg/client/clientset/versioned/scheme"
+	mpiinformers "github.com/kubeflow/mpi-operator/pkg/client/informers/externalversions"
+	mpicontroller "github.com/kubeflow/mpi-operator/pkg/controller"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// MPIOperatorVersion is the release of github.com/kubeflow/mpi-operator
+// whose controller StartMPIOperator runs with MPIOptions.Real (go.mod pins it).
+const MPIOperatorVersion = "v0.8.2"
+
+// klog is process-wide. While at least one real operator runs, klog (the
+// operator's and client-go's lines alike) writes to the first running
+// operator's log file instead of stderr; when the last stops, stderr again.
+// (Importing the operator's options package registers klog's flags on
+// flag.CommandLine and sets -stderrthreshold=INFO with the legacy threshold
+// behaviour off: with -logtostderr, klog's default, that still writes every
+// line to stderr, as before.)
+var (
+	klogMu     sync.Mutex
+	klogUsers  int
+	klogThresh string
+	schemeOnce sync.Once
+	schemeErr  error
+)
+
+func klogTo(w io.Writer) {
+	klogMu.Lock()
+	defer klogMu.Unlock()
+	klogUsers++
+	if klogUsers == 1 {
+		// With the threshold left at INFO, klog would copy every line to
+		// stderr as well.
+		if f := flag.Lookup("stderrthreshold"); f != nil {
+			klogThresh = f.Value.String()
+			_ = f.Value.Set("FATAL")
+		}
+		klog.LogToStderr(false)
+		klog.SetOutput(w)
+	}
+}
+
+func klogRelease() {
+	klogMu.Lock()
+	defer klogMu.Unlock()
+	klogUsers--
+	if klogUsers == 0 {
+		klog.Flush()
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(true)
+		if f := flag.Lookup("stderrthreshold"); f != nil && klogThresh != "" {
+			_ = f.Value.Set(klogThresh)
+		}
+	}
+}
+
+// startRealMPIOperator runs the MPI Operator's own controller
+// (pkg/controller of MPIOperatorVersion) in this process, as its main does
+// after winning leader election: shared informers over all namespaces,
+// threadiness 2, no gang scheduler, the admin's identity. There is no leader
+// election, no health or metrics endpoint and no port: two test packages can
+// each run one at once. It stops in t.Cleanup.
+func (e *Env) startRealMPIOperator(t testing.TB) *MPIOperator {
+	t.Helper()
+	logPath := filepath.Join(e.Dir, "mpi-operator.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	// The operator's events name MPIJobs: its types must be in
+	// client-go's scheme, as its main adds them.
+	schemeOnce.Do(func() { schemeErr = mpischeme.AddToScheme(clientgoscheme.Scheme) })
+	if schemeErr != nil {
+		t.Fatalf("kubetest: mpi-operator scheme: %v", schemeErr)
+	}
+	klogTo(f)
+
+	cfg := rest.CopyConfig(e.Config)
+	cfg.UserAgent = "mpi-operator"
+	kubeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("kubetest: mpi-operator client: %v", err)
+	}
+	mpiClient, err := mpiclientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("kubetest: mpi-operator client: %v", err)
+	}
+	opt := mpioptions.NewServerOption()
+	opt.Threadiness = 2
+	opt.ControllerRateLimit = 10
+	opt.ControllerBurst = 100
+	opt.QPS, opt.Burst = 200, 400
+
+	ctx, cancel := context.WithCancel(context.Background())
+	kf := kubeinformers.NewSharedInformerFactory(kubeClient, 0)
+	mf := mpiinformers.NewSharedInformerFactory(mpiClient, 0)
+	ctrl, err := mpicontroller.NewMPIJobController(ctx, kubeClient, mpiClient, nil, nil,
+		kf.Core().V1().ConfigMaps(),
+		kf.Core().V1().Secrets(),
+		kf.Core().V1().Services(),
+		kf.Batch().V1().Jobs(),
+		kf.Core().V1().Pods(),
+		kf.Scheduling().V1().PriorityClasses(),
+		mf.Kubeflow().V2beta1().MPIJobs(),
+		opt)
+	if err != nil {
+		cancel()
+		t.Fatalf("kubetest: mpi-operator controller: %v", err)
+	}
+	kf.Start(ctx.Done())
+	mf.Start(ctx.Done())
+	o := &MPIOperator{e: e, client: e.Client, dyn: e.Dynamic(), cancel: cancel, real: true}
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		if err := ctrl.Run(opt.Threadiness, ctx.Done()); err != nil && ctx.Err() == nil {
+			e.t.Errorf("kubetest: mpi-operator: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		o.wg.Wait()
+		kf.Shutdown()
+		mf.Shutdown()
+		klogRelease()
+		_ = f.Close()
+		if t.Failed() {
+			t.Logf("kubetest: ---- tail of mpi-operator (%s) ----\n%s", logPath, tailFile(logPath, 4000))
+		}
+	})
+	return o
+}

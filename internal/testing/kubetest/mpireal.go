@@ -146,3 +146,25 @@ func (e *Env) startRealMPIOperator(t testing.TB) *MPIOperator {
 	})
 	return o
 }
+
+// RealMPIOperatorEnv is the environment variable that, set to 1, asks the
+// MPIJob end-to-end tests to run against the real operator
+// (MPIOptions.Real) rather than the stand-in.
+const RealMPIOperatorEnv = "SIGNET_TEST_REAL_MPI_OPERATOR"
+
+// RealMPIOperatorRequested reports whether RealMPIOperatorEnv is 1.
+func RealMPIOperatorRequested() bool { return os.Getenv(RealMPIOperatorEnv) == "1" }
+
+// AddSSHD writes usr/sbin/sshd into the image directory dir (see
+// AgentOptions.Images): the sshd an MPI image ships, which the real
+// operator runs as `/usr/sbin/sshd -De` in a worker whose container has
+// neither command nor args. It idles (sleep) until stopped, as a worker's
+// sshd does until the launcher connects; nothing connects here.
+func AddSSHD(t testing.TB, dir string) {
+	t.Helper()
+	sbin := filepath.Join(dir, "usr", "sbin")
+	if err := os.MkdirAll(sbin, 0o755); err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	writeFile(t, filepath.Join(sbin, "sshd"), []byte("#!/bin/sh\nexec sleep infinity\n"), 0o755)
+}

@@ -28,7 +28,7 @@ spec:
   runPolicy:
     cleanPodPolicy: None
     backoffLimit: 0
-    activeDeadlineSeconds: 120
+    activeDeadlineSeconds: DEADLINE
   mpiImplementation: OpenMPI
   launcherCreationPolicy: AtStartup
   mpiReplicaSpecs:
@@ -40,7 +40,7 @@ spec:
           containers:
           - name: launcher
             image: IMAGE
-            command: [sh, -c, 'cat "$1"; echo "role=$K_MPI_JOB_ROLE hostfile=$OMPI_MCA_orte_default_hostfile"', sh, /etc/mpi/hostfile]
+            command: [sh, -c, 'cat "$1"; echo "role=$K_MPI_JOB_ROLE hostfile=$OMPI_MCA_orte_default_hostfile"; sleep SLEEP', sh, /etc/mpi/hostfile]
     Worker:
       replicas: 2
       restartPolicy: Never
@@ -55,14 +55,17 @@ spec:
                 nvidia.com/gpu: 1
 `
 
-func createRealMPIJob(t *testing.T, env *Env, name string, workerCmd bool) *unstructured.Unstructured {
+// createRealMPIJob creates realMPIJobYAML named name; the launcher sleeps
+// for sleep seconds after printing, under activeDeadlineSeconds deadline.
+func createRealMPIJob(t *testing.T, env *Env, name string, workerCmd bool, sleep, deadline int) *unstructured.Unstructured {
 	t.Helper()
 	cmd := "command: [sleep, '3600']"
 	if !workerCmd {
 		cmd = ""
 	}
 	var obj map[string]any
-	src := strings.NewReplacer("NAME", name, "IMAGE", testImage, "WORKERCMD", cmd).Replace(realMPIJobYAML)
+	src := strings.NewReplacer("NAME", name, "IMAGE", testImage, "WORKERCMD", cmd,
+		"SLEEP", strconv.Itoa(sleep), "DEADLINE", strconv.Itoa(deadline)).Replace(realMPIJobYAML)
 	require.NoError(t, yaml.Unmarshal([]byte(src), &obj))
 	u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -82,7 +85,7 @@ func TestRealMPIOperator(t *testing.T) {
 	op := env.StartMPIOperator(t, MPIOptions{Real: true})
 	require.True(t, op.Real())
 
-	job := createRealMPIJob(t, env, "pi", true)
+	job := createRealMPIJob(t, env, "pi", true, 0, 120)
 	controlled := func(t *testing.T, refs []metav1.OwnerReference) {
 		t.Helper()
 		require.Len(t, refs, 1)
@@ -170,8 +173,35 @@ func TestRealMPIOperator(t *testing.T) {
 
 	t.Run("a worker without command runs sshd -De", func(t *testing.T) {
 		require.NoError(t, env.Dynamic().Resource(MPIJobGVR).Namespace("default").Delete(ctx, "pi", metav1.DeleteOptions{}))
-		createRealMPIJob(t, env, "sshd", false)
+		createRealMPIJob(t, env, "sshd", false, 0, 120)
 		w := waitPod(t, env, "sshd-worker-0", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {})
 		assert.Equal(t, []string{"/usr/sbin/sshd", "-De"}, w.Spec.Containers[0].Command)
+		require.NoError(t, env.Dynamic().Resource(MPIJobGVR).Namespace("default").Delete(ctx, "sshd", metav1.DeleteOptions{}))
+	})
+
+	// The launcher Job's activeDeadlineSeconds is runPolicy's: the Job
+	// controller stops the launcher, the operator copies the Job's Failed
+	// reason, and with cleanPodPolicy None it deletes no worker.
+	t.Run("launcher past its deadline", func(t *testing.T) {
+		createRealMPIJob(t, env, "late", true, 600, 3)
+		var failed map[string]any
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Get(ctx, "late", metav1.GetOptions{})
+			require.NoError(c, err)
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			failed = nil
+			for _, x := range conds {
+				if m := x.(map[string]any); m["type"] == "Failed" && m["status"] == "True" {
+					failed = m
+				}
+			}
+			assert.NotNil(c, failed, "conditions %v", conds)
+		}, 60*time.Second, 200*time.Millisecond)
+		assert.Equal(t, "DeadlineExceeded", failed["reason"])
+		for _, name := range []string{"late-worker-0", "late-worker-1"} {
+			w, err := env.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Nil(t, w.DeletionTimestamp, name)
+		}
 	})
 }

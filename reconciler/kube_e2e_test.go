@@ -48,7 +48,8 @@ const (
 // end-to-end tests. Only what cannot run here is simulated (see
 // internal/testing/kubetest): the kubelet's container runtime, played by the test
 // agent, which runs each pod's containers as local processes of this
-// machine, and the MPI Operator, played by its stand-in. Nodes are API
+// machine, and the MPI Operator, played by its stand-in unless
+// realMPIOperator. Nodes are API
 // objects with GPU capacity; the scheduler, the garbage collector and the
 // API server's admission are real.
 type kubeWorld struct {

@@ -11,12 +11,10 @@ import (
 
 	mpioptions "github.com/kubeflow/mpi-operator/cmd/mpi-operator/app/options"
 	mpiclientset "github.com/kubeflow/mpi-operator/pkg/client/clientset/versioned"
-	mpischeme "github.com/kubeflow/mpi-operator/pkg/client/clientset/versioned/scheme"
 	mpiinformers "github.com/kubeflow/mpi-operator/pkg/client/informers/externalversions"
 	mpicontroller "github.com/kubeflow/mpi-operator/pkg/controller"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
@@ -36,8 +34,6 @@ var (
 	klogMu     sync.Mutex
 	klogUsers  int
 	klogThresh string
-	schemeOnce sync.Once
-	schemeErr  error
 )
 
 func klogTo(w io.Writer) {
@@ -83,12 +79,10 @@ func (e *Env) startRealMPIOperator(t testing.TB) *MPIOperator {
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
-	// The operator's events name MPIJobs: its types must be in
-	// client-go's scheme, as its main adds them.
-	schemeOnce.Do(func() { schemeErr = mpischeme.AddToScheme(clientgoscheme.Scheme) })
-	if schemeErr != nil {
-		t.Fatalf("kubetest: mpi-operator scheme: %v", schemeErr)
-	}
+	// Unlike its main, nothing is added to client-go's global scheme
+	// (main does so for its leader-election events, and at run time that
+	// would race with every client of this process): the controller's
+	// events use its own clientset's scheme, which has the MPIJob.
 	klogTo(f)
 
 	cfg := rest.CopyConfig(e.Config)

@@ -150,12 +150,12 @@ func TestRealMPIOperator(t *testing.T) {
 		out := a.Logs("default", launcher[0].Name, "launcher")
 		assert.True(t, strings.HasPrefix(out, hostfile+"role=launcher hostfile=/"), out)
 		assert.True(t, strings.HasSuffix(out, "/mpi-job-config/hostfile\n"), out)
-		env := map[string]string{}
+		vars := map[string]string{}
 		for _, e := range lj.Spec.Template.Spec.Containers[0].Env {
-			env[e.Name] = e.Value
+			vars[e.Name] = e.Value
 		}
-		assert.Equal(t, "/etc/mpi/hostfile", env["OMPI_MCA_orte_default_hostfile"])
-		assert.Equal(t, "launcher", env["K_MPI_JOB_ROLE"])
+		assert.Equal(t, "/etc/mpi/hostfile", vars["OMPI_MCA_orte_default_hostfile"])
+		assert.Equal(t, "launcher", vars["K_MPI_JOB_ROLE"])
 		require.Len(t, workers, 2)
 		nodes := map[string]bool{}
 		for i, name := range []string{"pi-worker-0", "pi-worker-1"} {
@@ -169,6 +169,17 @@ func TestRealMPIOperator(t *testing.T) {
 			nodes[w.Spec.NodeName] = true
 		}
 		assert.Equal(t, map[string]bool{"gpu-1": true, "gpu-2": true}, nodes)
+
+		// It records Events on the MPIJob, which the stand-in never did.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			evs, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=pi"})
+			require.NoError(c, err)
+			reasons := map[string]bool{}
+			for _, ev := range evs.Items {
+				reasons[ev.Reason] = true
+			}
+			assert.True(c, reasons["MPIJobCreated"] && reasons["MPIJobSucceeded"], "reasons %v", reasons)
+		}, 10*time.Second, 200*time.Millisecond)
 	})
 
 	t.Run("a worker without command runs sshd -De", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func (e *Env) InstallRealMPIJobCRD(ctx context.Context) {
 func mpiOperatorModuleDir(t testing.TB) string {
 	t.Helper()
 	mpiModuleDirOnce.Do(func() {
-		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mpiOperatorModule)
+		cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}} {{.Dir}}", mpiOperatorModule)
 		cmd.Dir = ModuleRoot()
 		out, err := cmd.Output()
 		if err != nil {
@@ -110,10 +111,14 @@ func mpiOperatorModuleDir(t testing.TB) string {
 			mpiModuleDirErr = fmt.Errorf("go list -m %s: %w", mpiOperatorModule, err)
 			return
 		}
-		mpiModuleDir = string(bytes.TrimSpace(out))
-		if mpiModuleDir == "" {
+		version, dir, _ := strings.Cut(string(bytes.TrimSpace(out)), " ")
+		switch {
+		case version != MPIOperatorVersion:
+			mpiModuleDirErr = fmt.Errorf("go.mod requires %s %s, kubetest.MPIOperatorVersion is %s", mpiOperatorModule, version, MPIOperatorVersion)
+		case dir == "":
 			mpiModuleDirErr = fmt.Errorf("go list -m %s: no directory (module not downloaded: go mod download)", mpiOperatorModule)
 		}
+		mpiModuleDir = dir
 	})
 	if mpiModuleDirErr != nil {
 		t.Fatalf("kubetest: %v", mpiModuleDirErr)

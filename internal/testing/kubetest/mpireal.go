@@ -24,44 +24,55 @@ import (
 const MPIOperatorVersion = "v0.8.2"
 
 // klog is process-wide. While at least one real operator runs, klog (the
-// operator's and client-go's lines alike) writes to the first running
-// operator's log file instead of stderr; when the last stops, stderr again.
+// operators' lines and client-go's alike) writes to the log file of every
+// running operator instead of stderr; when the last stops, stderr again.
 // (Importing the operator's options package registers klog's flags on
 // flag.CommandLine and sets -stderrthreshold=INFO with the legacy threshold
 // behaviour off: with -logtostderr, klog's default, that still writes every
 // line to stderr, as before.)
-var (
-	klogMu     sync.Mutex
-	klogUsers  int
-	klogThresh string
-)
+var klogSink = &fanout{files: map[io.Writer]bool{}}
+
+type fanout struct {
+	mu     sync.Mutex
+	files  map[io.Writer]bool
+	thresh string
+}
+
+func (o *fanout) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for w := range o.files {
+		_, _ = w.Write(p)
+	}
+	return len(p), nil
+}
 
 func klogTo(w io.Writer) {
-	klogMu.Lock()
-	defer klogMu.Unlock()
-	klogUsers++
-	if klogUsers == 1 {
+	klogSink.mu.Lock()
+	defer klogSink.mu.Unlock()
+	klogSink.files[w] = true
+	if len(klogSink.files) == 1 {
 		// With the threshold left at INFO, klog would copy every line to
 		// stderr as well.
 		if f := flag.Lookup("stderrthreshold"); f != nil {
-			klogThresh = f.Value.String()
+			klogSink.thresh = f.Value.String()
 			_ = f.Value.Set("FATAL")
 		}
 		klog.LogToStderr(false)
-		klog.SetOutput(w)
+		klog.SetOutput(klogSink)
 	}
 }
 
-func klogRelease() {
-	klogMu.Lock()
-	defer klogMu.Unlock()
-	klogUsers--
-	if klogUsers == 0 {
-		klog.Flush()
-		klog.SetOutput(io.Discard)
+// klogRelease stops writing klog to w; w may be closed once it returns.
+func klogRelease(w io.Writer) {
+	klog.Flush()
+	klogSink.mu.Lock()
+	defer klogSink.mu.Unlock()
+	delete(klogSink.files, w)
+	if len(klogSink.files) == 0 {
 		klog.LogToStderr(true)
-		if f := flag.Lookup("stderrthreshold"); f != nil && klogThresh != "" {
-			_ = f.Value.Set(klogThresh)
+		if f := flag.Lookup("stderrthreshold"); f != nil && klogSink.thresh != "" {
+			_ = f.Value.Set(klogSink.thresh)
 		}
 	}
 }
@@ -132,7 +143,7 @@ func (e *Env) startRealMPIOperator(t testing.TB) *MPIOperator {
 		o.wg.Wait()
 		kf.Shutdown()
 		mf.Shutdown()
-		klogRelease()
+		klogRelease(f)
 		_ = f.Close()
 		if t.Failed() {
 			t.Logf("kubetest: ---- tail of mpi-operator (%s) ----\n%s", logPath, tailFile(logPath, 4000))

@@ -198,14 +198,24 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	ctx := t.Context()
 	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
-	env.InstallMPIJobCRD(ctx)
-	env.StartMPIOperator(t, kubetest.MPIOptions{
-		WrongNode: map[string]string{MPIJobName("wrong", 1): "gpu-3"},
-		Resync:    100 * time.Millisecond,
-	})
+	// kubetest.RealMPIOperatorEnv=1 runs the real operator instead of the
+	// stand-in (issue 18); it has no WrongNode fault.
+	real := kubetest.RealMPIOperatorRequested()
+	if real {
+		env.InstallRealMPIJobCRD(ctx)
+		env.StartMPIOperator(t, kubetest.MPIOptions{Real: true})
+	} else {
+		env.InstallMPIJobCRD(ctx)
+		env.StartMPIOperator(t, kubetest.MPIOptions{
+			WrongNode: map[string]string{MPIJobName("wrong", 1): "gpu-3"},
+			Resync:    100 * time.Millisecond,
+		})
+	}
+	workload := t.TempDir()
+	kubetest.AddSSHD(t, workload) // what the real operator runs in a command-less worker
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
 		mpiTestSignetImage:   imgDir,
-		mpiTestWorkloadImage: t.TempDir(),
+		mpiTestWorkloadImage: workload,
 	}})
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "signet"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -309,6 +319,9 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("worker on a non-participant node", func(t *testing.T) {
+		if real {
+			t.Skip("the stray worker is the stand-in's WrongNode fault")
+		}
 		reserve(t, "wrong")
 		c := mpiCheckRun("wrong", mpiPassScript("Pass", 0), 90*time.Second, participants()...)
 		rep, err := b.Run(ctx, c)

@@ -109,17 +109,24 @@ func (p *pass) admitNew(ctx context.Context, o *specs.Object) error {
 	rs, err := p.r.admit(ctx, p, a)
 	if err != nil {
 		p.r.holds.release(o.Name, a.nodes)
-		var st *stalledError
-		if errors.As(err, &st) {
-			return err
-		}
-		if w := p.nodesWait(err); w != nil {
-			return w
-		}
-		return fmt.Errorf("admit %s: %w", o.Name, err)
+		return p.admitFailed(o.Name, err)
 	}
 	p.r.startRun(rs)
 	return nil
+}
+
+// admitFailed classifies a failed admission of run: a *stalledError as it
+// is, busy or ineligible nodes as waiting, anything else as an error of
+// the pass.
+func (p *pass) admitFailed(run string, err error) error {
+	var st *stalledError
+	if errors.As(err, &st) {
+		return err
+	}
+	if w := p.nodesWait(err); w != nil {
+		return w
+	}
+	return fmt.Errorf("admit %s: %w", run, err)
 }
 
 // settle is the one place an admission's outcome becomes the request's

@@ -68,7 +68,7 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	}
 	r := p.r
 	name := o.Name
-	seq, tip, err := r.store.NextFiringSequence(ctx, r.cfg.Cluster, name)
+	seq, _, err := r.store.NextFiringSequence(ctx, r.cfg.Cluster, name)
 	if err != nil {
 		return fmt.Errorf("standing certification %s: %w", name, err)
 	}
@@ -93,7 +93,8 @@ func (p *pass) standingCertification(ctx context.Context, o *specs.Object) error
 	var st *StandingStatus
 	moved := 0
 	for {
-		if seq, tip, err = r.store.NextFiringSequence(ctx, r.cfg.Cluster, name); err != nil {
+		seq, tip, err := r.store.NextFiringSequence(ctx, r.cfg.Cluster, name)
+		if err != nil {
 			return fmt.Errorf("standing certification %s: %w", name, err)
 		}
 		// Another reconciler may have fired since the last look: its
@@ -364,8 +365,9 @@ func (r *Reconciler) poolFacts(ctx context.Context, sp *standingPass) ([]standin
 }
 
 // refreshForeign reads the receipt of a run another reconciler drives,
-// once it is on the evidence branch, so that its nodes stop counting as
-// held when it ends (and its retained nodes keep counting).
+// once it is on the evidence branch (applyReceipt), so that its nodes stop
+// counting as held when it ends (and its retained nodes keep counting
+// until a release).
 func (r *Reconciler) refreshForeign(ctx context.Context, rs *runState) error {
 	rs.mu.Lock()
 	skip := rs.driven || rs.receipt != nil
@@ -373,25 +375,8 @@ func (r *Reconciler) refreshForeign(ctx context.Context, rs *runState) error {
 	if skip {
 		return nil
 	}
-	rp := path.Join(rs.dir, evidence.ReceiptFile)
-	b, err := r.store.Read(ctx, rp)
-	if errors.Is(err, evidence.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var rc evidence.Receipt
-	if err := r.readOwn(b, evidence.PredicateReceipt, &rc); err != nil {
-		return fmt.Errorf("%s: %w", rp, err)
-	}
-	ev := rc.Evidence
-	rs.mu.Lock()
-	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(b)}
-	rs.verdict, rs.released, rs.retained, rs.phase, rs.evidence = rc.Verdict, rc.Released, rc.Retained, evidence.PhaseDone, &ev
-	rs.mu.Unlock()
-	close(rs.done) // nothing here drives it: its end is this receipt
-	return nil
+	_, err := r.applyReceipt(ctx, rs)
+	return err
 }
 
 // nodeRuns returns the NodeRuns of a finished run, read once from its
@@ -536,14 +521,7 @@ func (p *pass) admitFiring(ctx context.Context, sp *standingPass, fr *firedRun) 
 		if errors.Is(err, errAdmittedElsewhere) {
 			return r.admittedElsewhere(ctx, fr, sp.family.Fleet)
 		}
-		var st *stalledError
-		if errors.As(err, &st) {
-			return err
-		}
-		if w := p.nodesWait(err); w != nil {
-			return w
-		}
-		return fmt.Errorf("admit %s: %w", o.Name, err)
+		return p.admitFailed(o.Name, err)
 	}
 	r.mu.Lock()
 	delete(r.fired, fr.firing.Run)

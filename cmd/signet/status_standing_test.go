@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,29 +30,10 @@ func TestStatusStanding(t *testing.T) {
 	repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
 	repo.Commit("specs")
 	repo.Approve(keys.ApproverFile, "", "CertificationProfile/smoke", "StandingCertification/daily")
-	cfg := &reconciler.Config{
-		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
-		Cluster:     "east",
-		Spec:        reconciler.SourceConfig{URL: repo.Dir, Branch: "main"},
-		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: repo.Dir, Branch: evidencetest.Branch}},
-		TrustPolicy: keys.TrustFile, SigningKey: keys.ReconcilerFile,
-		StateDir: filepath.Join(t.TempDir(), "state"), Interval: 1,
-		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(testenv.WorldDir(t), "work")}},
-	}
-	sec, err := reconciler.LoadSecrets(cfg)
-	require.NoError(t, err)
-	ctx := t.Context()
 	reg := prometheus.NewRegistry()
-	r, store, err := reconciler.Build(ctx, cfg, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, reconciler.Options{})
-	require.NoError(t, err)
-	defer store.Close()
-	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = r.Close(c)
-	}()
-	require.NoError(t, r.Recover(ctx))
-	_, err = r.ReconcileOnce(ctx)
+	r, sec := localReconciler(t, repo, keys, reg)
+	ctx := t.Context()
+	_, err := r.ReconcileOnce(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

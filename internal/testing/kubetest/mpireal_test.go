@@ -130,18 +130,7 @@ func TestRealMPIOperator(t *testing.T) {
 		require.NoError(t, err)
 		controlled(t, lj.OwnerReferences)
 
-		pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=pi"})
-		require.NoError(t, err)
-		var launcher []corev1.Pod
-		workers := map[string]corev1.Pod{}
-		for _, p := range pods.Items {
-			switch p.Labels[MPIJobRoleLabel] {
-			case MPIRoleLauncher:
-				launcher = append(launcher, p)
-			case MPIRoleWorker:
-				workers[p.Name] = p
-			}
-		}
+		launcher, workers := mpiJobPods(t, env, "default", "pi")
 		require.Len(t, launcher, 1)
 		assert.True(t, strings.HasPrefix(launcher[0].Name, "pi-launcher-"), launcher[0].Name)
 		assert.Equal(t, corev1.PodSucceeded, launcher[0].Status.Phase)

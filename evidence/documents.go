@@ -17,6 +17,7 @@ const (
 	PredicateCancel      = "https://signet.dev/cancel/v1"
 	PredicateRelease     = "https://signet.dev/release/v1"
 	PredicateReceipt     = "https://signet.dev/receipt/v1"
+	PredicateFiring      = "https://signet.dev/firing/v1"
 )
 
 // FileRef binds a file of the run directory by its digest.
@@ -64,6 +65,10 @@ type Admission struct {
 	Participants      []Participant              `json:"participants"`
 	Approvals         []FileRef                  `json:"approvals"`
 	RunDeadline       time.Time                  `json:"runDeadline"`
+	// Firing binds the firing record (firing.json of the same run
+	// directory) of a standing certification's run; nil for a request's.
+	// Such an admission admits exactly the firing's chosen nodes.
+	Firing *FileRef `json:"firing,omitempty"`
 }
 
 // BundleRecord is the bundle a run was admitted with: its aggregate digest
@@ -197,6 +202,12 @@ type Receipt struct {
 	// longer names the run), why it was left untouched.
 	ReleaseNotes []NodeNote `json:"releaseNotes,omitempty"`
 	At           time.Time  `json:"at"`
+	// CertifiedUntil is when the certification of the released (passing)
+	// nodes expires: the run evidence's endedAt plus the reconciler's
+	// certification TTL, as the nodes' certified-until label says. Zero
+	// when the run certified no node or labelling is off. A standing
+	// certification's expiry triggers are judged by it (NodeRun).
+	CertifiedUntil time.Time `json:"certifiedUntil,omitzero"`
 }
 
 // NodeNote is a remark about one node.
@@ -209,4 +220,82 @@ type NodeNote struct {
 type ChainLink struct {
 	Run     string  `json:"run"`
 	Receipt FileRef `json:"receipt"`
+}
+
+// Firing is the predicate of firing.json: a standing certification's
+// decision to certify some of its pool's nodes, durable before anything is
+// admitted or reserved (docs/proposals/standing-certification.md, "Exactly
+// once"). Its run is FiringRunID(standing name, Sequence); it is written
+// only as a child of Tip, the commit the decision read, so no two firings
+// spend the same budget.
+type Firing struct {
+	Cluster string `json:"cluster"`
+	Run     string `json:"run"`
+	// Standing is StandingCertification/<name> and its digest
+	// (specs.CanonicalStanding: every field but release); StandingObject
+	// is the object fired, as the admission copies its request, so that
+	// the audit judges the firing's budget and triggers offline.
+	Standing       ObjectRef                   `json:"standing"`
+	StandingObject specs.StandingCertification `json:"standingObject"`
+	// Sequence is the firing's number, from 1; Run ends in it.
+	Sequence int64     `json:"sequence"`
+	FiredAt  time.Time `json:"firedAt"`
+	// Tip is the evidence commit the decision was computed from; empty
+	// when the branch did not exist yet.
+	Tip string `json:"tip"`
+	// Approvals are the copies (under approvals/ of the run directory) of
+	// the approvals of the standing certification relied on at FiredAt.
+	Approvals []FileRef `json:"approvals"`
+	// Pool is every node of the pool at the decision, the budget's
+	// denominator.
+	Pool []PoolNode `json:"pool"`
+	// InUse are the pool nodes signet held or had claimed at the decision.
+	InUse []string `json:"inUse"`
+	// Chosen are the nodes this firing certifies, in the decided order,
+	// each with why it was due.
+	Chosen []ChosenNode `json:"chosen"`
+}
+
+// PoolNode is a node of a standing certification's pool.
+type PoolNode struct {
+	Node string `json:"node"`
+	UID  string `json:"uid"`
+}
+
+// ChosenNode is a node a firing chose and why it was due.
+type ChosenNode struct {
+	Node   string    `json:"node"`
+	UID    string    `json:"uid"`
+	Reason DueReason `json:"reason"`
+}
+
+// DueReason is why a pool node is due (reconciler/standing.Reason is this
+// type): its kind (DueJoined, …), the run it refers to (none for joined)
+// and the words a person reads.
+type DueReason struct {
+	Kind   string `json:"kind"`
+	Run    string `json:"run,omitempty"`
+	Detail string `json:"detail"`
+}
+
+// Kinds of DueReason.
+const (
+	DueJoined   = "joined"
+	DueSchedule = "schedule"
+	DueExpiry   = "expiry"
+	DueExpired  = "expired"
+	DueIdentity = "identity"
+	// DueFailed: the node's latest run of the profile did not pass and
+	// the node is no longer held (an approved release lifted it): it is
+	// recertified at once, whatever the schedule.
+	DueFailed = "failed"
+)
+
+// Nodes are the names of the firing's chosen nodes, in order.
+func (f *Firing) Nodes() []string {
+	out := make([]string, len(f.Chosen))
+	for i, c := range f.Chosen {
+		out[i] = c.Node
+	}
+	return out
 }

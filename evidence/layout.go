@@ -20,8 +20,9 @@ func Shard(runID string) string {
 }
 
 // RunDir is the directory of one run on the evidence branch:
-// runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run-id>, dated by the admission
-// time in UTC (DESIGN §6).
+// runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run-id>, dated in UTC by the
+// admission time, or for a standing certification's run by its firing time
+// (the firing comes first and its admission joins it there) (DESIGN §6).
 func RunDir(cluster, runID string, admitted time.Time) string {
 	return path.Join("runs", cluster, admitted.UTC().Format(dateLayout), Shard(runID), runID)
 }
@@ -55,6 +56,7 @@ func ChainPath(cluster string, seq int64) string {
 
 // File names inside a run directory.
 const (
+	FiringFile    = "firing.json"
 	AdmissionFile = "admission.json"
 	EvidenceFile  = "evidence.json"
 	CancelFile    = "cancel.json"
@@ -95,6 +97,7 @@ const (
 	KindIndex                // ids/<cluster>/<xx>/<run>
 	KindChainLink            // chain/<cluster>/<seq/10000, 8 digits>/<seq, 12 digits>
 	KindRunDir               // runs/<cluster>/<YYYY>/<MM>/<DD>/<xx>/<run> (a directory)
+	KindFiring               // <run dir>/firing.json (a standing certification's run)
 	KindAdmission            // <run dir>/admission.json
 	KindNode                 // <run dir>/nodes/<node>.json
 	KindApproval             // <run dir>/approvals/<name>
@@ -110,6 +113,7 @@ const (
 
 // topFiles are the documents at the top of a run directory, by file name.
 var topFiles = map[string]FileKind{
+	FiringFile:    KindFiring,
 	AdmissionFile: KindAdmission,
 	EvidenceFile:  KindEvidence,
 	CancelFile:    KindCancel,

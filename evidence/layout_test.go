@@ -35,6 +35,7 @@ func TestParsePathRoundTrip(t *testing.T) {
 			{evidence.ChainPath("prod", 1), evidence.RunPath{Kind: evidence.KindChainLink, Cluster: "prod", Seq: 1}},
 			{evidence.ChainPath("prod", 123456789), evidence.RunPath{Kind: evidence.KindChainLink, Cluster: "prod", Seq: 123456789}},
 			{dir, with(evidence.KindRunDir, nil)},
+			{path.Join(dir, evidence.FiringFile), with(evidence.KindFiring, nil)},
 			{path.Join(dir, evidence.AdmissionFile), with(evidence.KindAdmission, nil)},
 			{path.Join(dir, evidence.EvidenceFile), with(evidence.KindEvidence, nil)},
 			{path.Join(dir, evidence.CancelFile), with(evidence.KindCancel, nil)},

@@ -12,10 +12,13 @@ import (
 type Phase string
 
 // Run phases, in lifecycle order. PhaseUnknown: the run's admission is
-// missing or unreadable. PhaseReleasing is the writer's own phase between
+// missing or unreadable (and it is not a firing waiting for one).
+// PhaseFired: a standing certification's firing record without its
+// admission yet. PhaseReleasing is the writer's own phase between
 // its run evidence and its receipt; the documents of a run never show it.
 const (
 	PhaseUnknown   Phase = "Unknown"
+	PhaseFired     Phase = "Fired"
 	PhaseAdmitted  Phase = "Admitted"
 	PhaseChecking  Phase = "Checking"
 	PhaseEvidence  Phase = "Evidence"
@@ -26,10 +29,14 @@ const (
 // PhaseOf is the phase of a run from the kinds of its documents that are
 // present (and readable): Done with a receipt, Evidence with run evidence,
 // Checking with an intent or a check's evidence, Admitted with only the
-// admission, and Unknown without an admission, whatever else is there.
+// admission, Fired with only a firing record, and Unknown without an
+// admission otherwise, whatever else is there.
 func PhaseOf(files ...FileKind) Phase {
 	switch {
 	case !slices.Contains(files, KindAdmission):
+		if slices.Contains(files, KindFiring) && !slices.ContainsFunc(files, afterAdmission) {
+			return PhaseFired
+		}
 		return PhaseUnknown
 	case slices.Contains(files, KindReceipt):
 		return PhaseDone
@@ -40,6 +47,23 @@ func PhaseOf(files ...FileKind) Phase {
 	}
 	return PhaseAdmitted
 }
+
+// afterAdmission reports the kinds of documents that only follow an
+// admission.
+func afterAdmission(k FileKind) bool {
+	switch k {
+	case KindCheckIntent, KindCheck, KindEvidence, KindCancel, KindRelease, KindReceipt:
+		return true
+	}
+	return false
+}
+
+// FiringAdmissionBound is how long after its firing time a firing may wait
+// for its admission: a reconciler admits a firing in the pass that fired
+// it, and a restarted one resumes it first thing. The audit flags a firing
+// without admission past FiringAdmissionBound plus its grace, as it flags
+// an admitted run without receipt past its run deadline.
+const FiringAdmissionBound = time.Hour
 
 // ScriptDigest is the digest the admission recorded for script (a path
 // relative to the bundle), false when the admitted bundle has no such
@@ -116,7 +140,8 @@ func Summarize(adm *Admission, checks []*CheckDoc, canceled bool) RunEvidence {
 // StatedTimes returns the times a document's predicate (a pointer to one
 // of the predicate types) states about its own writing: an admission's
 // admittedAt, an intent's createdAt, a check's startedAt and endedAt, the
-// run evidence's endedAt, a cancel's or release's at and a receipt's at.
+// run evidence's endedAt, a cancel's or release's at, a receipt's at and a
+// firing's firedAt.
 // Deadlines are left out (they lie ahead by design), and so are zero times
 // (not recorded: an interrupted check has no start or end). The writer
 // reads each of them from its clock before it commits the document, so
@@ -137,6 +162,8 @@ func StatedTimes(predicate any) []time.Time {
 		ts = []time.Time{p.At}
 	case *Receipt:
 		ts = []time.Time{p.At}
+	case *Firing:
+		ts = []time.Time{p.FiredAt}
 	}
 	return slices.DeleteFunc(ts, time.Time.IsZero)
 }

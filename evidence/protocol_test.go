@@ -9,8 +9,8 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// TestPhaseOf: the phase is the furthest document present, and nothing
-// without an admission.
+// TestPhaseOf: the phase is the furthest document present, Fired for a
+// firing alone, and nothing else without an admission.
 func TestPhaseOf(t *testing.T) {
 	for _, tc := range []struct {
 		files []evidence.FileKind
@@ -24,6 +24,11 @@ func TestPhaseOf(t *testing.T) {
 		{[]evidence.FileKind{evidence.KindAdmission, evidence.KindCheck}, evidence.PhaseChecking},
 		{[]evidence.FileKind{evidence.KindCheckIntent, evidence.KindAdmission, evidence.KindEvidence}, evidence.PhaseEvidence},
 		{[]evidence.FileKind{evidence.KindAdmission, evidence.KindReceipt}, evidence.PhaseDone},
+		{[]evidence.FileKind{evidence.KindFiring}, evidence.PhaseFired},
+		{[]evidence.FileKind{evidence.KindFiring, evidence.KindAdmission}, evidence.PhaseAdmitted},
+		{[]evidence.FileKind{evidence.KindFiring, evidence.KindAdmission, evidence.KindReceipt}, evidence.PhaseDone},
+		{[]evidence.FileKind{evidence.KindFiring, evidence.KindReceipt}, evidence.PhaseUnknown},
+		{[]evidence.FileKind{evidence.KindFiring, evidence.KindCheckIntent}, evidence.PhaseUnknown},
 	} {
 		assert.Equal(t, tc.want, evidence.PhaseOf(tc.files...), "%v", tc.files)
 	}

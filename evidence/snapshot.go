@@ -17,3 +17,29 @@ type NodeSnapshot struct {
 	Capacity    map[string]string `json:"capacity,omitempty"`
 	Allocatable map[string]string `json:"allocatable,omitempty"`
 }
+
+// FieldChange is one identity field whose value differs between two
+// snapshots of a node.
+type FieldChange struct {
+	Field, Was, Now string
+}
+
+// IdentityChanges lists the identity fields (uid, systemUUID, bootID,
+// kernel, gpuProduct, gpuDriver, in that order) in which now differs from
+// was: the node is not the machine was describes any more.
+func IdentityChanges(was, now NodeSnapshot) []FieldChange {
+	var out []FieldChange
+	for _, f := range []FieldChange{
+		{"uid", was.UID, now.UID},
+		{"systemUUID", was.SystemUUID, now.SystemUUID},
+		{"bootID", was.BootID, now.BootID},
+		{"kernel", was.Kernel, now.Kernel},
+		{"gpuProduct", was.GPUProduct, now.GPUProduct},
+		{"gpuDriver", was.GPUDriver, now.GPUDriver},
+	} {
+		if f.Was != f.Now {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -51,6 +51,11 @@ var (
 	// ErrRejected means the remote refused an update for a reason other
 	// than a lost race (a hook, a permission, a corrupt pack).
 	ErrRejected = gitobj.ErrRejected
+	// ErrTipMoved means the branch tip is no longer the one an AppendAt
+	// was decided from (a *StaleTipError unwraps to it when none of its
+	// paths exists on the new tip): nothing was written; read the new tip
+	// and decide again.
+	ErrTipMoved = errors.New("evidence: the branch tip moved since the decision")
 	// ErrInvalidPath means a path given to the store is not a clean,
 	// relative, slash-separated path of the evidence layout.
 	ErrInvalidPath = errors.New("evidence: invalid path")
@@ -115,6 +120,10 @@ type StoreOptions struct {
 	// remembered like any other tip. A branch that does not exist yet
 	// needs no anchor: nothing can have been rolled back.
 	AcceptCurrentTip bool
+	// Now is the clock of commit times (time.Now when nil): the
+	// reconciler's own clock, so that documents are never dated after
+	// the commits that add them.
+	Now func() time.Time
 }
 
 // Store is an append-only evidence branch on a Git remote. Its methods
@@ -331,6 +340,58 @@ func (s *Store) Close() error {
 // exists) and retries, within StoreOptions.Timeout. It never forces.
 // It returns the new commit's hash once the remote has accepted it.
 func (s *Store) Append(ctx context.Context, message string, files []File) (string, error) {
+	return s.append(ctx, message, files, nil)
+}
+
+// StaleTipError is AppendAt's refusal: the branch is at Tip, not at Base,
+// the tip the caller decided from. Nothing was written. It unwraps to
+// ErrExists when a path of the append (Path, the first found) exists on
+// Tip, another writer's record of the same step: the caller lost the race.
+// Otherwise it unwraps to ErrTipMoved. Either way the caller reads Tip and
+// decides again; the store never re-applies the decision on Tip.
+type StaleTipError struct {
+	Base, Tip string
+	Path      string
+}
+
+func (e *StaleTipError) Error() string {
+	base := e.Base
+	if base == "" {
+		base = "no branch"
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%v: %s, at %s (decided from %s): another writer won the race", ErrExists, e.Path, e.Tip, base)
+	}
+	return fmt.Sprintf("%v: decided from %s, the branch is at %s", ErrTipMoved, base, e.Tip)
+}
+
+// Unwrap returns ErrExists or ErrTipMoved.
+func (e *StaleTipError) Unwrap() error {
+	if e.Path != "" {
+		return ErrExists
+	}
+	return ErrTipMoved
+}
+
+// AppendAt is Append with a strict compare-and-swap: files are committed
+// only as a child of base (a commit hash, "" for a branch that does not
+// exist yet), the tip a decision was computed from. When the branch is
+// elsewhere, because the store already knows a newer tip or because the
+// push lost to another writer, it returns a *StaleTipError and writes
+// nothing: a decision made on base is never re-applied on another tip.
+// It is create-only like Append, retries a push that may not have been
+// heard from the same base, and returns the new commit's hash.
+func (s *Store) AppendAt(ctx context.Context, message, base string, files []File) (string, error) {
+	if base != "" && !IsCommitHash(base) {
+		return "", fmt.Errorf("evidence: AppendAt: base %q is not a commit hash (40 lowercase hex)", base)
+	}
+	h := plumbing.NewHash(base)
+	return s.append(ctx, message, files, &h)
+}
+
+// append commits files on the tip (Append) or, when base is set, only on
+// *base (AppendAt).
+func (s *Store) append(ctx context.Context, message string, files []File, base *plumbing.Hash) (string, error) {
 	if len(files) == 0 {
 		return "", fmt.Errorf("%w: no files to append", ErrInvalidPath)
 	}
@@ -396,6 +457,9 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			}
 			refetch, rejected = false, ""
 		}
+		if base != nil && s.tip != *base {
+			return "", s.staleTip(*base, files)
+		}
 		b := gitobj.NewBuilder(s.objs)
 		commit, err := b.Commit(s.tip, root, message, s.signature(), s.signCommit)
 		if errors.Is(err, gitobj.ErrExists) {
@@ -430,6 +494,19 @@ func (s *Store) Append(ctx context.Context, message string, files []File) (strin
 			return "", err
 		}
 	}
+}
+
+// staleTip is AppendAt's refusal on the tip: the first path of files that
+// exists there, if any. The caller holds s.mu.
+func (s *Store) staleTip(base plumbing.Hash, files []File) error {
+	e := &StaleTipError{Base: hashText(base), Tip: hashText(s.tip)}
+	for _, f := range files {
+		if _, err := s.lookup(f.Path); err == nil {
+			e.Path = f.Path
+			break
+		}
+	}
+	return e
 }
 
 // flushObjects is how many created objects the store keeps in memory
@@ -517,5 +594,9 @@ func (s *Store) signCommit(payload io.Reader) ([]byte, error) {
 }
 
 func (s *Store) signature() object.Signature {
-	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: time.Now().Truncate(time.Second)}
+	now := time.Now
+	if s.opts.Now != nil {
+		now = s.opts.Now
+	}
+	return object.Signature{Name: s.opts.Author, Email: s.opts.Email, When: now().Truncate(time.Second)}
 }

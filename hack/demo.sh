@@ -6,6 +6,8 @@
 #  3. approve the local profile and request with `signet sign` (a signed commit);
 #  4. run the local request with `signet run`: admission, checks as local
 #     processes, signed evidence and a receipt on the signet/evidence branch;
+#     then release its node and let the reconciler daemon fire the daily
+#     standing certification once;
 #  5. audit the evidence branch and check it with stock git;
 #  6. write its HTML report (signet report) and print the path of its index.
 set -euo pipefail
@@ -76,9 +78,49 @@ set -e
 echo "signet run exit status: $rc (0 Pass, 10 Fail, 11 Error, 12 Inconclusive; signet help exit-codes)"
 case $rc in 0|10|11|12) ;; *) echo "demo: signet run did not reach a verdict" >&2; exit 1 ;; esac
 
+step "standing certification: the daily smoke test, approved once, fired by the reconciler daemon"
+# The run above left this machine retained (not a Pass without GPUs): an
+# approved release lifts it, then the daemon's first pass fires
+# local-smoke-daily-1 (the node's latest run did not pass: due at once).
+echo "  release: true" >> spec/requests/local-smoke-localhost.yaml
+"$SIGNET" sign --repo spec --key approver.key --object CertificationRequest/local-smoke-localhost --action release 2>/dev/null
+"$SIGNET" sign --repo spec --key approver.key --object StandingCertification/local-smoke-daily 2>/dev/null
+git -C spec add -A
+git -C spec commit -q -m "Release the smoke test's node; approve the daily smoke test"
+port=$((20000 + RANDOM % 20000))
+cat > reconciler.yaml <<EOF
+apiVersion: signet.dev/v1alpha1
+kind: ReconcilerConfig
+cluster: demo
+spec: {url: $DEMO/spec, branch: main}
+trustPolicy: $DEMO/trust.yaml
+signingKey: $DEMO/reconciler.key
+stateDir: $DEMO/state
+interval: 5s
+listen: 127.0.0.1:$port
+backends: {local: {enabled: true}}
+EOF
+cat reconciler.yaml
+"$SIGNET" reconcile --config reconciler.yaml > daemon.log 2>&1 &
+daemon=$!
+fired=
+for _ in $(seq 1 90); do
+  if git -C spec ls-tree -r --name-only signet/evidence | grep '/local-smoke-daily-1/receipt.json$' >/dev/null; then fired=1; break; fi
+  sleep 1
+done
+"$SIGNET" status --repo spec --reconciler "http://127.0.0.1:$port" | sed -n '/STANDING/,$p' || true
+kill -TERM "$daemon"
+wait "$daemon" || true
+if [ -z "$fired" ]; then
+  echo "demo: the daemon did not fire local-smoke-daily-1; its log:" >&2
+  cat daemon.log >&2
+  exit 1
+fi
+echo "fired and finished: local-smoke-daily-1 (firing.json, admission, checks, receipt)"
+
 step "the evidence branch, as stock git sees it"
-git -C spec log --oneline signet/evidence | head -20
-git -C spec ls-tree -r --name-only signet/evidence | head -40
+git -C spec log --oneline -n 20 signet/evidence
+git -C spec ls-tree -r --name-only signet/evidence | sed -n 1,40p
 
 step "stock git: fsck and the reconciler's commit signatures"
 git -C spec fsck --strict --no-progress

@@ -43,6 +43,9 @@ type admission struct {
 	prof   *specs.Object
 	family *backend.Family
 	nodes  []string
+	// firing is set when the run is a standing certification's firing:
+	// its directory is dated by the firing and its admission binds it.
+	firing *firedRun
 }
 
 // gate is one admission step of a request not yet admitted. It returns nil
@@ -106,17 +109,24 @@ func (p *pass) admitNew(ctx context.Context, o *specs.Object) error {
 	rs, err := p.r.admit(ctx, p, a)
 	if err != nil {
 		p.r.holds.release(o.Name, a.nodes)
-		var st *stalledError
-		if errors.As(err, &st) {
-			return err
-		}
-		if w := p.nodesWait(err); w != nil {
-			return w
-		}
-		return fmt.Errorf("admit %s: %w", o.Name, err)
+		return p.admitFailed(o.Name, err)
 	}
 	p.r.startRun(rs)
 	return nil
+}
+
+// admitFailed classifies a failed admission of run: a *stalledError as it
+// is, busy or ineligible nodes as waiting, anything else as an error of
+// the pass.
+func (p *pass) admitFailed(run string, err error) error {
+	var st *stalledError
+	if errors.As(err, &st) {
+		return err
+	}
+	if w := p.nodesWait(err); w != nil {
+		return w
+	}
+	return fmt.Errorf("admit %s: %w", run, err)
 }
 
 // settle is the one place an admission's outcome becomes the request's
@@ -270,6 +280,9 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 	run := o.Name
 	now := r.now()
 	dir := evidence.RunDir(r.cfg.Cluster, run, now)
+	if a.firing != nil {
+		dir = evidence.RunDir(r.cfg.Cluster, run, a.firing.firing.FiredAt)
+	}
 	bundle, ok := p.rendering.Bundles[prof.Name]
 	if !ok {
 		return nil, &stalledError{"BundleUnreadable", fmt.Sprintf("the bundle of profile %s could not be read", prof.Name)}
@@ -281,6 +294,10 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 		Profile: evidence.ObjectRef{Kind: prof.Kind, Name: prof.Name, Digest: prof.Digest}, ProfileObject: *prof.Profile,
 		Bundle:      evidence.BundleRecord{Path: prof.Profile.Spec.Bundle.Path, Digest: bundle.Digest},
 		RunDeadline: now.Add(prof.Profile.RunDeadline()),
+	}
+	if a.firing != nil {
+		ref := a.firing.ref
+		adm.Firing = &ref
 	}
 	for _, f := range bundle.Files {
 		adm.Bundle.Files = append(adm.Bundle.Files, evidence.FileRef{Path: f.Path, Digest: f.Digest})
@@ -309,7 +326,11 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, f, evidence.File{Path: evidence.IndexPath(r.cfg.Cluster, run), Data: []byte(dir + "\n")})
+	files = append(files, f)
+	if a.firing == nil {
+		// A fired run's index entry came with its firing.
+		files = append(files, evidence.File{Path: evidence.IndexPath(r.cfg.Cluster, run), Data: []byte(dir + "\n")})
+	}
 	// Reservation of the whole group (DESIGN §5 step 2) happens before the
 	// admission record is pushed, so that a group that cannot be reserved
 	// leaves no run behind: the request waits and nothing is changed. A
@@ -324,6 +345,11 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 	}
 	crash.Point("after-reservation")
 	if _, err := r.appendEvidence(ctx, fmt.Sprintf("signet: %s/%s admitted (%s@%s)", r.cfg.Cluster, run, prof.Name, short(p.rev)), files); err != nil {
+		if a.firing != nil && errors.Is(err, evidence.ErrExists) {
+			// Another reconciler admitted the same firing: the
+			// reservation under this run ID is its run's.
+			return nil, errAdmittedElsewhere
+		}
 		r.unreserve(ctx, fleet, run, group)
 		if errors.Is(err, evidence.ErrExists) {
 			return nil, &stalledError{"NameCollision", fmt.Sprintf("run ID %q is already used in cluster %s (or was admitted concurrently): use a new request name", run, r.cfg.Cluster)}

@@ -81,7 +81,10 @@ type ReportConfig struct {
 	// finds the evidence branch's tip moved, it rebuilds there the report
 	// `signet report` writes (the same code, the trust policy of the
 	// pass) and serves its files read-only at GET /report/ on listen:
-	// regular files only, no directory listing, nothing outside Dir.
+	// the entry and the regular files of a generation only (never the
+	// lock file or another dot-file), no directory listing, nothing
+	// outside Dir; 503 with a Retry-After until the first report is
+	// written.
 	Dir string `json:"dir,omitempty"`
 }
 

@@ -24,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(passProcessEnv); cfg != "" {
+		os.Exit(passProcess(cfg))
+	}
 	code := m.Run()
 	testenv.Cleanup()
 	os.Exit(code)
@@ -40,6 +43,8 @@ type env struct {
 	state string
 	host  string
 	work  string // the local backend's work root, searchable by the check user
+	// now, when set, is the reconciler's clock (Options.Now).
+	now func() time.Time
 }
 
 func newEnv(t *testing.T) *env {
@@ -83,7 +88,7 @@ func (e *env) buildStoppable(cfg *reconciler.Config) (*reconciler.Reconciler, fu
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: level}))
-	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, reconciler.Options{})
+	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, reconciler.Options{Now: e.now})
 	require.NoError(e.t, err)
 	var once sync.Once
 	stop := func() {

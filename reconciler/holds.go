@@ -3,6 +3,7 @@ package reconciler
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -18,6 +19,10 @@ type holds struct {
 type hold struct {
 	run      string
 	retained bool
+	// release is the object whose release action frees a retained node
+	// ("CertificationRequest/<run>", or the standing certification that
+	// fired the run).
+	release string
 }
 
 func newHolds() *holds { return &holds{nodes: map[string]hold{}} }
@@ -31,7 +36,10 @@ func (h *holds) reserve(run string, nodes []string) error {
 		if cur, ok := h.nodes[n]; ok && cur.run != run {
 			state := "running"
 			if cur.retained {
-				state = "retained after a non-passing verdict until an approved release: signet sign --key KEY --object CertificationRequest/" + cur.run + " --action release"
+				state = "retained after a non-passing verdict until an approved release: signet sign --key KEY --object " + cur.release + " --action release"
+				if strings.HasPrefix(cur.release, "StandingCertification/") {
+					state += " (with " + cur.run + " in its spec.release)"
+				}
 			}
 			return fmt.Errorf("node %q is held by run %q (%s)", n, cur.run, state)
 		}
@@ -53,12 +61,13 @@ func (h *holds) release(run string, nodes []string) {
 	}
 }
 
-// retain marks nodes of run as retained.
-func (h *holds) retain(run string, nodes []string) {
+// retain marks nodes of run as retained until the release action of
+// object release ("KIND/NAME") is approved.
+func (h *holds) retain(run string, nodes []string, release string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range nodes {
-		h.nodes[n] = hold{run: run, retained: true}
+		h.nodes[n] = hold{run: run, retained: true, release: release}
 	}
 }
 

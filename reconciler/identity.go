@@ -70,17 +70,8 @@ func (r *Reconciler) identityChange(ctx context.Context, fleet backend.Fleet, rs
 		return "node not readable: " + err.Error()
 	}
 	var diffs []string
-	for _, f := range []struct{ name, was, now string }{
-		{"uid", was.UID, now.UID},
-		{"systemUUID", was.SystemUUID, now.SystemUUID},
-		{"bootID", was.BootID, now.BootID},
-		{"kernel", was.Kernel, now.Kernel},
-		{"gpuProduct", was.GPUProduct, now.GPUProduct},
-		{"gpuDriver", was.GPUDriver, now.GPUDriver},
-	} {
-		if f.was != f.now {
-			diffs = append(diffs, fmt.Sprintf("%s %q, admitted %q", f.name, f.now, f.was))
-		}
+	for _, f := range evidence.IdentityChanges(was, *now) {
+		diffs = append(diffs, fmt.Sprintf("%s %q, admitted %q", f.Field, f.Now, f.Was))
 	}
 	return strings.Join(diffs, ", ")
 }

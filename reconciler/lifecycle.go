@@ -395,7 +395,7 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	rs.mu.Lock()
 	rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
 	rs.evCommit = commit
-	rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
+	rs.verdict, rs.nodes, rs.endedAt = ev.Verdict, ev.Nodes, ev.EndedAt
 	rs.mu.Unlock()
 	r.metrics.runs.WithLabelValues(string(ev.Verdict)).Inc()
 	r.log.Info("run evidence written", "run", rs.id, "verdict", ev.Verdict)
@@ -427,7 +427,7 @@ func (r *Reconciler) loadEvidence(ctx context.Context, rs *runState, p string) (
 	}
 	rs.mu.Lock()
 	rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
-	rs.verdict, rs.nodes = ev.Verdict, ev.Nodes
+	rs.verdict, rs.nodes, rs.endedAt = ev.Verdict, ev.Nodes, ev.EndedAt
 	rs.evCommit = commit
 	rs.mu.Unlock()
 	return true, nil
@@ -465,7 +465,7 @@ func (r *Reconciler) releasePassing(ctx context.Context, rs *runState) error {
 	rs.released, rs.retained, rs.releaseNotes = released, retained, notes
 	rs.mu.Unlock()
 	r.holds.release(rs.id, released)
-	r.holds.retain(rs.id, retained)
+	r.holds.retain(rs.id, retained, rs.releasedBy())
 	crash.Point("after-release")
 	return nil
 }
@@ -490,11 +490,12 @@ func (r *Reconciler) releaseNodes(ctx context.Context, fleet backend.Fleet, rs *
 }
 
 // certify labels the passing nodes with their certification and removes
-// the labels of the others, when labelling is on (the Fleet decides, and
-// sets the expiry from its own TTL).
+// the labels of the others, when labelling is on (the Fleet decides). The
+// expiry is certifiedUntil, which the receipt records.
 func (r *Reconciler) certify(ctx context.Context, fleet backend.Fleet, rs *runState, passed, failed []string) error {
+	until := r.certifiedUntil(rs, passed)
 	for _, name := range passed {
-		if err := fleet.Certify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}, rs.adm.Profile.Name, rs.id, time.Time{}); err != nil {
+		if err := fleet.Certify(ctx, backend.Node{Name: name, UID: rs.participantUID(name)}, rs.adm.Profile.Name, rs.id, until); err != nil {
 			return fmt.Errorf("labelling node %s: %w", name, err)
 		}
 	}
@@ -504,6 +505,22 @@ func (r *Reconciler) certify(ctx context.Context, fleet backend.Fleet, rs *runSt
 		}
 	}
 	return nil
+}
+
+// certifiedUntil is the expiry of the certification a run gives its
+// passed nodes: the run evidence's endedAt plus the configured
+// certification TTL, so that a restart computes the same expiry for the
+// labels and the receipt. Zero when no node passed, labelling is off or
+// the profile is local (the local backend labels nothing).
+func (r *Reconciler) certifiedUntil(rs *runState, passed []string) time.Time {
+	ttl := time.Duration(r.cfg.Kubernetes.CertifyTTL) * time.Second
+	rs.mu.Lock()
+	ended := rs.endedAt
+	rs.mu.Unlock()
+	if ttl <= 0 || len(passed) == 0 || ended.IsZero() || rs.adm.ProfileObject.IsLocal() {
+		return time.Time{}
+	}
+	return ended.Add(ttl)
 }
 
 // writeReceipt writes the terminal receipt and links it into the cluster's
@@ -532,7 +549,9 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 			Verdict: rs.verdict, Evidence: *rs.evidence, EvidenceCommit: rs.evCommit, Cleanup: "done",
 			Released: nonNil(rs.released), Retained: nonNil(rs.retained), ReleaseNotes: rs.releaseNotes, At: r.now(),
 		}
+		released := rs.released
 		rs.mu.Unlock()
+		rc.CertifiedUntil = r.certifiedUntil(rs, released)
 		f, err := r.document(p, evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(rc.Evidence.Path, rc.Evidence.Digest)}, rc)
 		if err != nil {
 			return err

@@ -304,7 +304,7 @@ func TestHoldsNeverShareANode(t *testing.T) {
 
 	h.release("r2", []string{"n1", "n2"})
 	assert.Equal(t, map[string]string{"n1": "r1", "n2": "r1"}, h.snapshot(), "run r2 released nodes held by run r1")
-	h.retain("r1", []string{"n2"})
+	h.retain("r1", []string{"n2"}, "CertificationRequest/r1")
 	h.release("r1", []string{"n1"})
 	require.Error(t, h.reserve("r2", []string{"n2"}), "a retained node was given to another run")
 	assert.Equal(t, []string{"n2"}, h.retainedBy("r1"))

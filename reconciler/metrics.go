@@ -99,6 +99,14 @@ var (
 		"Nodes whose certification labels hold now, by profile (0 for every profile of the last pass).", []string{"profile"}, nil)
 	descExpiring = prometheus.NewDesc("signet_certified_nodes_expiring_24h",
 		"Certified nodes whose certification expires within 24 hours, by profile.", []string{"profile"}, nil)
+	descStandingInUse = prometheus.NewDesc("signet_standing_budget_in_use",
+		"Pool nodes a standing certification's budget counts as held or claimed, at the last pass.", []string{"standing"}, nil)
+	descStandingAllowed = prometheus.NewDesc("signet_standing_budget_allowed",
+		"A standing certification's budget in nodes for its pool, at the last pass.", []string{"standing"}, nil)
+	descStandingNodes = prometheus.NewDesc("signet_standing_nodes",
+		"A standing certification's pool nodes by their latest run of its profile (certified, expiring, failed, never), at the last pass.", []string{"standing", "state"}, nil)
+	descStandingNext = prometheus.NewDesc("signet_standing_next_due_timestamp_seconds",
+		"When the next pool node not yet due becomes due by time alone (Unix seconds); absent when none will.", []string{"standing"}, nil)
 )
 
 // stateCollector computes the state gauges at scrape time from its
@@ -117,7 +125,8 @@ func (c *stateCollector) attach(r *Reconciler) {
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunsInProgress, descRetained, descWaiting, descCertified, descExpiring} {
+	for _, d := range []*prometheus.Desc{descRunsInProgress, descRetained, descWaiting, descCertified, descExpiring,
+		descStandingInUse, descStandingAllowed, descStandingNodes, descStandingNext} {
 		ch <- d
 	}
 }
@@ -190,6 +199,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descRunsInProgress, prometheus.GaugeValue, float64(inProgress))
+	for _, o := range st.Objects {
+		s := o.Standing
+		if o.Kind != specs.KindStanding || s == nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descStandingInUse, prometheus.GaugeValue, float64(s.InUse), o.Name)
+		ch <- prometheus.MustNewConstMetric(descStandingAllowed, prometheus.GaugeValue, float64(s.Allowed), o.Name)
+		for state, n := range map[string]int{"certified": s.Certified, "expiring": s.Expiring, "failed": s.Failed, "never": s.Never} {
+			ch <- prometheus.MustNewConstMetric(descStandingNodes, prometheus.GaugeValue, float64(n), o.Name, state)
+		}
+		if !s.Next.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descStandingNext, prometheus.GaugeValue, float64(s.Next.Unix()), o.Name)
+		}
+	}
 
 	waiting := map[string]int{}
 	for _, reason := range WaitingReasons {

@@ -95,6 +95,14 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 		}
 	}
 	for _, o := range rendering.Objects {
+		if o.Kind != specs.KindStanding || r.only != "" {
+			continue
+		}
+		if err := pass.standingCertification(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range rendering.Objects {
 		if o.Kind == specs.KindProfile {
 			pass.profileStatus(o)
 		}
@@ -210,7 +218,7 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 	}
 	if o.Request.Spec.Release && (hasReceipt || rs.finished()) {
 		if retained := r.holds.retainedBy(rs.id); len(retained) > 0 {
-			done, err := r.releaseRun(ctx, p, o, rs, retained)
+			done, err := r.releaseRun(ctx, p, rs, retained, signing.SubjectName(specs.KindRequest, o.Name, "release"), rs.adm.Request)
 			if err != nil {
 				return err
 			}
@@ -263,8 +271,11 @@ func (r *Reconciler) cancelRun(ctx context.Context, p *pass, o *specs.Object, rs
 	return true, nil
 }
 
-// releaseRun records an approved release and lifts what the run retains.
-func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, rs *runState, nodes []string) (bool, error) {
+// releaseRun records an approved release and lifts what the run retains:
+// subject is the release action's approval subject, approved on the
+// digest of target (the admitted request, or for a fired run its standing
+// certification as it is now), which the release document records.
+func (r *Reconciler) releaseRun(ctx context.Context, p *pass, rs *runState, nodes []string, subject string, target evidence.ObjectRef) (bool, error) {
 	rp := path.Join(rs.dir, evidence.ReleaseFile)
 	if ok, err := r.store.Exists(ctx, rp); err != nil || ok {
 		if ok {
@@ -277,14 +288,13 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, o *specs.Object, r
 		}
 		return ok, err
 	}
-	subject := signing.SubjectName(specs.KindRequest, o.Name, "release")
-	d := p.decide(subject, rs.adm.Request.Digest)
+	d := p.decide(subject, target.Digest)
 	if !d.Approved {
 		return false, nil
 	}
-	act := evidence.Action{Run: rs.id, Action: "release", Request: rs.adm.Request, At: r.now(), Nodes: slices.Clone(nodes)}
+	act := evidence.Action{Run: rs.id, Action: "release", Request: target, At: r.now(), Nodes: slices.Clone(nodes)}
 	files := approvalCopies(rs.dir, "release-", d.Relied, &act.Approvals)
-	f, err := r.document(rp, evidence.PredicateRelease, []signing.Subject{signing.SubjectFor(subject, rs.adm.Request.Digest)}, act)
+	f, err := r.document(rp, evidence.PredicateRelease, []signing.Subject{signing.SubjectFor(subject, target.Digest)}, act)
 	if err != nil {
 		return false, err
 	}

@@ -38,8 +38,11 @@ type Reconciler struct {
 	chain     chainCache
 	receiptMu sync.Mutex
 
-	mu       sync.Mutex
-	runs     map[string]*runState
+	mu   sync.Mutex
+	runs map[string]*runState
+	// fired are the firings on the evidence branch not admitted yet, by
+	// run ID: their nodes are claimed.
+	fired    map[string]*firedRun
 	lastKey  string
 	dirty    bool
 	status   Status
@@ -135,7 +138,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 	r := &Reconciler{
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
-		only: o.Only, holds: newHolds(), runs: map[string]*runState{},
+		only: o.Only, holds: newHolds(), runs: map[string]*runState{}, fired: map[string]*firedRun{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reportReq: make(chan struct{}, 1), evidenceAuth: o.EvidenceAuth,
 	}
@@ -264,6 +267,9 @@ func (r *Reconciler) startRun(rs *runState) {
 	r.mu.Lock()
 	r.runs[rs.id] = rs
 	r.mu.Unlock()
+	rs.mu.Lock()
+	rs.driven = true
+	rs.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

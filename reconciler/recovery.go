@@ -41,6 +41,14 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 		}
 		for _, id := range ids {
 			rs, err := r.loadRun(ctx, id)
+			var fo *firedOnlyError
+			if errors.As(err, &fo) {
+				// Admitted by the first pass that reads its standing
+				// certification; never decided again.
+				r.claim(fo.fired)
+				r.log.Info("fired run awaits admission", "run", id)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("run %s: %w", id, err)
 			}
@@ -145,6 +153,11 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	}
 	ap := path.Join(dir, evidence.AdmissionFile)
 	b, err := r.store.Read(ctx, ap)
+	if errors.Is(err, evidence.ErrNotFound) {
+		if err := r.loadFired(ctx, id, dir); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ap, err)
 	}
@@ -161,33 +174,12 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	} else if ok {
 		rs.canceled = true
 	}
-	rp := path.Join(dir, evidence.ReceiptFile)
-	rb, err := r.store.Read(ctx, rp)
-	if errors.Is(err, evidence.ErrNotFound) {
-		return rs, nil
-	}
+	found, err := r.applyReceipt(ctx, rs)
 	if err != nil {
 		return nil, err
 	}
-	var rc evidence.Receipt
-	if err := r.readOwn(rb, evidence.PredicateReceipt, &rc); err != nil {
-		return nil, fmt.Errorf("%s: %w", rp, err)
-	}
-	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(rb)}
-	rs.verdict, rs.released, rs.retained, rs.phase = rc.Verdict, rc.Released, rc.Retained, evidence.PhaseDone
-	ev := rc.Evidence
-	rs.evidence = &ev
-	close(rs.done)
-	if len(rc.Retained) > 0 {
-		released, err := r.store.Exists(ctx, path.Join(dir, evidence.ReleaseFile))
-		if err != nil {
-			return nil, err
-		}
-		if released {
-			rs.markReleased(rc.Retained)
-		} else {
-			r.holds.retain(rs.id, rc.Retained)
-		}
+	if !found {
+		return rs, nil
 	}
 	r.mu.Lock()
 	if cur, ok := r.runs[id]; ok {
@@ -197,6 +189,43 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	r.runs[id] = rs
 	r.mu.Unlock()
 	return rs, nil
+}
+
+// applyReceipt reads the receipt of rs from the evidence branch, when there
+// is one, into rs: verdict, released and retained nodes (the retained ones
+// held here until a durable release), evidence; rs is then done. It
+// reports whether there was one.
+func (r *Reconciler) applyReceipt(ctx context.Context, rs *runState) (bool, error) {
+	rp := path.Join(rs.dir, evidence.ReceiptFile)
+	rb, err := r.store.Read(ctx, rp)
+	if errors.Is(err, evidence.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var rc evidence.Receipt
+	if err := r.readOwn(rb, evidence.PredicateReceipt, &rc); err != nil {
+		return false, fmt.Errorf("%s: %w", rp, err)
+	}
+	ev := rc.Evidence
+	rs.mu.Lock()
+	rs.receipt = &evidence.FileRef{Path: rp, Digest: specs.DigestOf(rb)}
+	rs.verdict, rs.released, rs.retained, rs.phase, rs.evidence = rc.Verdict, rc.Released, rc.Retained, evidence.PhaseDone, &ev
+	rs.mu.Unlock()
+	close(rs.done)
+	if len(rc.Retained) > 0 {
+		released, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.ReleaseFile))
+		if err != nil {
+			return true, err
+		}
+		if released {
+			rs.markReleased(rc.Retained)
+		} else {
+			r.holds.retain(rs.id, rc.Retained, rs.releasedBy())
+		}
+	}
+	return true, nil
 }
 
 // checkRun builds a backend's input from the admission record, reading the

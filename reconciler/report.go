@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"net/http"
 	"os"
@@ -72,28 +73,44 @@ func (r *Reconciler) writeReport(ctx context.Context) error {
 	return nil
 }
 
+// reportRetryAfter is the Retry-After, in seconds, of /report/ before
+// the first report is written.
+const reportRetryAfter = "10"
+
 // reportFiles serves the report in dir read-only at /report/ (the entry
 // index at /report/, whose <base> leads into the generation it belongs
-// to, gens/<id>/, so a reader's pages are all of one generation): only
-// regular files, opened through an os.Root of dir, so no path, "..", or
-// symbolic link reaches outside it; a directory is 404, never listed.
-// Before the first report is written it answers 503.
+// to, gens/<id>/, so a reader's pages are all of one generation). It
+// serves only what report.ServedPath allows, the entry and the files of
+// a generation, never the lock file, another dot-file or anything else
+// in dir (404); only regular files, opened through an os.Root of dir, so
+// no path, "..", or symbolic link reaches outside it; a directory is
+// 404, never listed. Until the first report is switched in
+// (report.Written) it answers 503 with a Retry-After: the report exists
+// but is not ready.
 func reportFiles(dir string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		name := strings.TrimPrefix(req.URL.Path, "/report/")
 		if name == "" {
-			name = "index.html"
+			name = report.EntryFile
 		}
-		if !fs.ValidPath(name) {
+		if !report.ServedPath(name) {
 			http.NotFound(w, req)
 			return
 		}
 		root, err := os.OpenRoot(dir)
-		if err != nil {
-			http.Error(w, "the report is not written yet", http.StatusServiceUnavailable)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			http.Error(w, "the report directory cannot be read", http.StatusInternalServerError)
 			return
 		}
-		defer root.Close()
+		if err == nil {
+			defer root.Close()
+		}
+		if err != nil || !report.Written(root.FS()) {
+			w.Header().Set("Retry-After", reportRetryAfter)
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "the first report is being built; retry in "+reportRetryAfter+" s", http.StatusServiceUnavailable)
+			return
+		}
 		f, err := root.Open(name)
 		if err != nil {
 			http.NotFound(w, req)

@@ -193,3 +193,150 @@ func TestReportGenerationsServed(t *testing.T) {
 	require.NotZero(t, whole, "the readers read whole generations")
 	t.Logf("%d rebuilds, %d whole generations read", builds, whole)
 }
+
+// serveReport serves dir with the daemon's /report/ handler over real
+// HTTP and returns a GET of a path under it (a raw path, sent as is):
+// status, headers and body.
+func serveReport(t *testing.T, dir string) func(method, p string) (int, http.Header, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("GET /report/", reconciler.ReportFiles(dir))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return func(method, p string) (int, http.Header, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL, nil)
+		require.NoError(t, err)
+		req.URL.Opaque = p // sent as written: "%2e" stays encoded
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+}
+
+// TestReportFilesServesOnlyTheReport: the daemon's /report/ (the real
+// handler over real HTTP) serves the entry and the files of a
+// generation, and 404 for everything else in the report directory: the
+// lock file, any other dot-file (a generation still being written, a
+// temporary file, a hidden file in a generation), a file that merely
+// shares the directory, and a directory in gens/ that is not a
+// generation's.
+func TestReportFilesServesOnlyTheReport(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a")
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "report")
+	res, err := report.Build(t.Context(), report.Options{Repo: f.Repo, Policy: f.Policy, Out: dir})
+	require.NoError(t, err)
+	require.Empty(t, res.Audit.Findings)
+	gen := report.GenerationsDir + "/" + filepath.Base(res.Dir)
+
+	// What else a report directory may hold: each file's body names it,
+	// so a test failure shows which was served.
+	plant := func(p string) {
+		fp := filepath.Join(dir, filepath.FromSlash(p))
+		require.NoError(t, os.MkdirAll(filepath.Dir(fp), 0o755))
+		require.NoError(t, os.WriteFile(fp, []byte("planted "+p), 0o644))
+	}
+	lock, err := os.Stat(filepath.Join(dir, ".lock"))
+	require.NoError(t, err, "the report's lock file is in the directory")
+	require.True(t, lock.Mode().IsRegular())
+	plant(".hidden.html")
+	plant("notes.txt")
+	plant("gens/.tmp-123/index.html")
+	plant(gen + "/.hidden.html")
+	plant(gen + "/runs/.tmp-456")
+	plant("gens/notageneration/index.html")
+	plant("gens/0123456789ABCDEF/index.html")
+	require.NoError(t, os.Symlink(gen, filepath.Join(dir, report.CurrentLink+".tmp")))
+
+	get := serveReport(t, dir)
+	for _, p := range []string{
+		"/report/", "/report/index.html", "/report/" + gen + "/index.html",
+		"/report/" + gen + "/" + report.ManifestFile, "/report/" + report.CurrentLink + "/index.html",
+	} {
+		code, _, body := get(http.MethodGet, p)
+		assert.Equal(t, http.StatusOK, code, "%s: a file of the report: %s", p, body)
+	}
+	for _, p := range []string{
+		"/report/.lock",
+		"/report/%2elock",
+		"/report/.hidden.html",
+		"/report/notes.txt",
+		"/report/gens/.tmp-123/index.html",
+		"/report/gens/%2etmp-123/index.html",
+		"/report/" + gen + "/.hidden.html",
+		"/report/" + gen + "/runs/.tmp-456",
+		"/report/" + report.CurrentLink + "/.hidden.html",
+		"/report/" + report.CurrentLink + ".tmp/index.html",
+		"/report/gens/notageneration/index.html",
+		"/report/gens/0123456789ABCDEF/index.html",
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			code, _, body := get(method, p)
+			assert.Equal(t, http.StatusNotFound, code, "%s %s: not a file of the report, never served: %s", method, p, body)
+			assert.NotContains(t, body, "planted")
+		}
+	}
+}
+
+// TestReportFilesBeforeFirstReport: until a report has been switched in
+// (no directory yet, one being written, or only a report of the flat
+// layout before generations), the daemon's /report/ answers 503 with a
+// Retry-After and a plain-text body saying the first report is being
+// built, for the entry and any path a report may hold; a path no report
+// holds (the lock file) is still 404.
+func TestReportFilesBeforeFirstReport(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+	}{
+		{"no directory", func(*testing.T, string) {}},
+		{"empty directory", func(t *testing.T, dir string) { require.NoError(t, os.MkdirAll(dir, 0o755)) }},
+		{"first report being written", func(t *testing.T, dir string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, report.GenerationsDir, ".tmp-1"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ".lock"), nil, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, report.GenerationsDir, ".tmp-1", "index.html"), []byte("half"), 0o644))
+		}},
+		{"switched in, entry not yet written", func(t *testing.T, dir string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, report.GenerationsDir, "0123456789abcdef"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, report.GenerationsDir, "0123456789abcdef", "index.html"), []byte("gen"), 0o644))
+			require.NoError(t, os.Symlink(report.GenerationsDir+"/0123456789abcdef", filepath.Join(dir, report.CurrentLink)))
+		}},
+		{"flat report of the earlier layout", func(t *testing.T, dir string) {
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "index.html"), []byte("flat"), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, report.ManifestFile), []byte(`{"files":{"index.html":"x"}}`), 0o644))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "report")
+			tc.setup(t, dir)
+			get := serveReport(t, dir)
+			for _, p := range []string{"/report/", "/report/index.html", "/report/gens/0123456789abcdef/index.html", "/report/current/index.html"} {
+				code, h, body := get(http.MethodGet, p)
+				assert.Equal(t, http.StatusServiceUnavailable, code, "%s: not ready before the first report: %s", p, body)
+				assert.Equal(t, "10", h.Get("Retry-After"), p)
+				assert.Equal(t, "text/plain; charset=utf-8", h.Get("Content-Type"), p)
+				assert.Equal(t, "no-store", h.Get("Cache-Control"), "%s: never cached past the first report", p)
+				assert.Contains(t, body, "the first report is being built", p)
+			}
+			code, _, _ := get(http.MethodGet, "/report/.lock")
+			assert.Equal(t, http.StatusNotFound, code, "the lock file is never served")
+		})
+	}
+}
+
+// TestReportFilesUnreadableDirectory: a report.dir that exists but
+// cannot be opened as a directory is 500, not 503: retrying will not
+// help, a person must fix it.
+func TestReportFilesUnreadableDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "report")
+	require.NoError(t, os.WriteFile(dir, []byte("not a directory"), 0o644))
+	code, h, body := serveReport(t, dir)(http.MethodGet, "/report/")
+	assert.Equal(t, http.StatusInternalServerError, code, body)
+	assert.Empty(t, h.Get("Retry-After"))
+	assert.NotContains(t, body, "not a directory")
+}

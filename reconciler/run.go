@@ -31,6 +31,7 @@ type runState struct {
 	reports   map[int]*CheckReport
 	evidence  *evidence.FileRef
 	evCommit  string
+	endedAt   time.Time // the run evidence's endedAt
 	verdict   specs.Verdict
 	nodes     []evidence.NodeSummary
 	released  []string
@@ -38,8 +39,15 @@ type runState struct {
 	// releaseNotes say why a released node's reservation was not lifted.
 	releaseNotes []evidence.NodeNote
 	receipt      *evidence.FileRef
-	done         chan struct{}
-	started      time.Time
+	// nodeRunsCache is the finished run's evidence.NodeRuns, read once
+	// (reconciler/standing.go).
+	nodeRunsCache []evidence.NodeRun
+	done          chan struct{}
+	started       time.Time
+	// driven: this reconciler drives the run (startRun). A run loaded
+	// without being driven is another reconciler's; its end is read from
+	// the evidence branch (refreshForeign).
+	driven bool
 }
 
 func newRunState(dir string, adm evidence.Admission, ref evidence.FileRef) *runState {

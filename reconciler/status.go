@@ -74,6 +74,8 @@ type ObjectStatus struct {
 	Digest     specs.Digest       `json:"digest"`
 	Run        string             `json:"run,omitempty"`
 	Conditions []metav1.Condition `json:"conditions"`
+	// Standing is set for a standing certification that passed its gates.
+	Standing *StandingStatus `json:"standing,omitempty"`
 }
 
 // RunStatus is the status of one run known to this reconciler.
@@ -307,6 +309,31 @@ func Waiting(st Status) []WaitingRequest {
 			continue
 		}
 		out = append(out, w)
+	}
+	return out
+}
+
+// StandingRow is one standing certification as a daemon's /status shows
+// it: its Ready condition and, once it passed its gates, its pool,
+// budget and next due time.
+type StandingRow struct {
+	Cluster string `json:"cluster"`
+	Name    string `json:"name"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	*StandingStatus
+}
+
+// Standings lists the standing certifications of st.
+func Standings(st Status) []StandingRow {
+	var out []StandingRow
+	for _, o := range st.Objects {
+		if o.Kind != specs.KindStanding || len(o.Conditions) == 0 {
+			continue
+		}
+		c := o.Conditions[0] // Ready, always first
+		out = append(out, StandingRow{Cluster: st.Cluster, Name: o.Name, Ready: c.Status == metav1.ConditionTrue, Reason: c.Reason, Message: c.Message, StandingStatus: o.Standing})
 	}
 	return out
 }

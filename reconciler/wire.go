@@ -192,7 +192,7 @@ func Build(ctx context.Context, cfg *Config, sec *Secrets, log *slog.Logger, reg
 		Auth:   evidence.Auth{Token: evAuth.Token, Username: evAuth.Username, Password: evAuth.Password, SSHSigner: evAuth.SSHSigner},
 		Author: "signet reconciler (" + cfg.Cluster + ")", Email: "signet@" + cfg.Cluster,
 		StateDir: filepath.Join(cfg.StateDir, "evidence"), Timeout: 2 * time.Minute, Logger: log,
-		Keeper: keeper, Pinned: cfg.Evidence.PinnedTip, AcceptCurrentTip: o.AcceptCurrentTip,
+		Keeper: keeper, Pinned: cfg.Evidence.PinnedTip, AcceptCurrentTip: o.AcceptCurrentTip, Now: o.Now,
 	})
 	if errors.Is(err, evidence.ErrUnanchored) {
 		return nil, nil, unanchoredHint(cfg, err)

@@ -117,24 +117,6 @@ type manifest struct {
 	Files map[string]specs.Digest `json:"files"`
 }
 
-// The layout of the output directory. Every report is a generation: a
-// directory gens/<id> written whole under a temporary name and renamed
-// in, never changed after (id is the first 16 hex of the digest of its
-// manifest, so the same pages are the same generation). The symbolic
-// link current names the latest; index.html, the entry, is the latest
-// generation's index with a <base> into it, so that a reader who opened
-// it follows links inside that one generation even while a later one is
-// switched in. The previous generation is kept until the next report,
-// for readers still inside it.
-const (
-	// GenerationsDir holds the generations.
-	GenerationsDir = "gens"
-	// CurrentLink names the latest generation (gens/<id>).
-	CurrentLink = "current"
-	// lockFile serializes reports into one directory.
-	lockFile = ".lock"
-)
-
 // write makes pages the new generation of the report under dir: files
 // whose bytes equal the current generation's are hard links to them,
 // the others are written; then the generation is renamed in, current
@@ -175,9 +157,9 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 		return nil, err
 	}
 	mb = append(mb, '\n')
-	name := strings.TrimPrefix(string(specs.DigestOf(mb)), "sha256:")[:16]
+	name := generationID(mb)
 	gen := filepath.Join(gens, name)
-	res := &Result{Index: filepath.Join(dir, "index.html"), Dir: gen, Pages: len(pages)}
+	res := &Result{Index: filepath.Join(dir, EntryFile), Dir: gen, Pages: len(pages)}
 
 	if name != prevName {
 		if _, err := os.Stat(filepath.Join(gen, ManifestFile)); err != nil {
@@ -257,20 +239,6 @@ func entryPage(index []byte, gen string) []byte {
 	return append(out, index[i:]...)
 }
 
-// currentGeneration is the id the current link names, "" when there is
-// none (or it names something that is not a generation).
-func currentGeneration(dir string) string {
-	t, err := os.Readlink(filepath.Join(dir, CurrentLink))
-	if err != nil {
-		return ""
-	}
-	id, ok := strings.CutPrefix(t, GenerationsDir+"/")
-	if !ok || id == "" || strings.ContainsAny(id, "/.") {
-		return ""
-	}
-	return id
-}
-
 // switchLink points the symbolic link at to target atomically: a new
 // link under a temporary name, renamed over the old one.
 func switchLink(at, target string) error {
@@ -316,7 +284,7 @@ func removeFlat(dir string) error {
 		return fmt.Errorf("report: %s: %w", filepath.Join(dir, ManifestFile), err)
 	}
 	for p := range old.Files {
-		if p == "index.html" || !fs.ValidPath(p) || strings.HasPrefix(p, GenerationsDir+"/") {
+		if p == EntryFile || !fs.ValidPath(p) || strings.HasPrefix(p, GenerationsDir+"/") {
 			continue // the entry now; not a path this package wrote
 		}
 		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, os.ErrNotExist) {

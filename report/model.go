@@ -31,7 +31,9 @@ type run struct {
 	Phase            evidence.Phase
 	Verdict          specs.Verdict
 	AdmittedAt       time.Time
-	EndedAt          time.Time
+	// FiredAt is a standing certification's run's firing time.
+	FiredAt time.Time
+	EndedAt time.Time
 	// Withheld: a finding names the run (or the whole branch), so no page
 	// shows its documents; Findings says why.
 	Withheld bool
@@ -41,6 +43,15 @@ type run struct {
 	// Nodes are the participants the audit read from the admission
 	// (names only; a withheld run's nodes are shown unproven).
 	Nodes []string
+}
+
+// Started is when the run began: its firing, or its admission for a run
+// that was not fired.
+func (r *run) Started() time.Time {
+	if !r.FiredAt.IsZero() {
+		return r.FiredAt
+	}
+	return r.AdmittedAt
 }
 
 // Href is the run page's path from the report root.
@@ -71,7 +82,7 @@ func newModel(rep *audit.Report, docs map[string]*audit.RunDocuments, policy *si
 	}
 	for _, rr := range rep.Runs {
 		r := &run{Cluster: rr.Cluster, ID: rr.Run, Dir: rr.Dir, Profile: rr.Profile, Phase: rr.Phase, Verdict: rr.Verdict,
-			AdmittedAt: rr.AdmittedAt, EndedAt: rr.EndedAt}
+			AdmittedAt: rr.AdmittedAt, FiredAt: rr.FiredAt, EndedAt: rr.EndedAt}
 		for _, n := range rr.Nodes {
 			r.Nodes = append(r.Nodes, n.Node)
 		}
@@ -84,10 +95,15 @@ func newModel(rep *audit.Report, docs map[string]*audit.RunDocuments, policy *si
 		// The rule of the package: no page from a document the audit
 		// did not prove. A finding anywhere on the run, or on the
 		// branch, withholds it.
-		r.Withheld = len(r.Findings) > 0 || len(m.BranchFindings) > 0 || d == nil || d.Admission == nil
+		// A fired run without admission yet shows its firing record.
+		fired := d != nil && d.Admission == nil && d.Firing != nil && rr.Phase == evidence.PhaseFired
+		r.Withheld = len(r.Findings) > 0 || len(m.BranchFindings) > 0 || d == nil || d.Admission == nil && !fired
 		if !r.Withheld {
 			r.Docs = d
-			for _, t := range []time.Time{rr.AdmittedAt, rr.EndedAt} {
+			if fired {
+				r.Profile = d.Firing.StandingObject.Spec.Profile
+			}
+			for _, t := range []time.Time{rr.FiredAt, rr.AdmittedAt, rr.EndedAt} {
 				if t.After(m.AsOf) {
 					m.AsOf = t
 				}
@@ -102,8 +118,8 @@ func newModel(rep *audit.Report, docs map[string]*audit.RunDocuments, policy *si
 	}
 	sort.SliceStable(m.Runs, func(i, j int) bool {
 		a, b := m.Runs[i], m.Runs[j]
-		if !a.AdmittedAt.Equal(b.AdmittedAt) {
-			return a.AdmittedAt.After(b.AdmittedAt)
+		if !a.Started().Equal(b.Started()) {
+			return a.Started().After(b.Started())
 		}
 		return a.Dir > b.Dir
 	})
@@ -163,6 +179,13 @@ func (m *model) nodes() map[nodeKey][]*nodeRun {
 			continue
 		}
 		d := r.Docs
+		if d.Admission == nil { // fired: its chosen nodes are claimed, the run open
+			for _, c := range d.Firing.Chosen {
+				k, open := nodeKey{r.Cluster, c.Node}, &nodeRun{Run: r}
+				out[k] = append(out[k], open)
+			}
+			continue
+		}
 		for _, p := range d.Admission.Participants {
 			nr := &nodeRun{Run: r, Snapshot: d.Snapshots[p.Node]}
 			if d.Evidence != nil {

@@ -356,7 +356,7 @@ func (m *model) runPage(r *run) runPage {
 	if len(rp.Signers) > 0 {
 		rp.SignerKey = rp.Signers[0]
 	}
-	for _, rel := range []string{evidence.AdmissionFile, evidence.CancelFile, evidence.ReleaseFile} {
+	for _, rel := range []string{evidence.FiringFile, evidence.AdmissionFile, evidence.CancelFile, evidence.ReleaseFile} {
 		keys := d.ApprovedBy[rel]
 		if len(keys) == 0 {
 			continue
@@ -367,6 +367,9 @@ func (m *model) runPage(r *run) runPage {
 		}
 		sort.Strings(a.Owners)
 		rp.Approvals = append(rp.Approvals, a)
+	}
+	if d.Admission == nil {
+		return rp // fired, not admitted yet: the page shows the firing
 	}
 	checks := d.Admission.ProfileObject.Spec.Checks
 	for _, ck := range checks {

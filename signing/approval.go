@@ -36,7 +36,7 @@ type ApprovalPredicate struct {
 }
 
 var (
-	subjectRE = regexp.MustCompile(`^(CertificationProfile|CertificationRequest)/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(#(cancel|release))?$`)
+	subjectRE = regexp.MustCompile(`^(CertificationProfile|CertificationRequest|StandingCertification)/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(#(cancel|release|release:[a-z0-9][-a-z0-9]{0,80}))?$`)
 	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
@@ -46,17 +46,26 @@ var (
 func SubjectName(kind, name, action string) string { return specs.SubjectName(kind, name, action) }
 
 // ParseSubjectName splits an approval subject into kind, name and action
-// and refuses anything but the forms SubjectName writes (actions only on
-// requests).
+// and refuses anything but the forms SubjectName writes: cancel and
+// release on a request, release:<run> on a standing certification for one
+// of its firings (specs.StandingReleaseAction), none on a profile.
 func ParseSubjectName(s string) (kind, name, action string, err error) {
 	m := subjectRE.FindStringSubmatch(s)
 	if m == nil {
-		return "", "", "", fmt.Errorf("subject %q is not KIND/NAME or CertificationRequest/NAME#cancel|release", s)
+		return "", "", "", fmt.Errorf("subject %q is not KIND/NAME, CertificationRequest/NAME#cancel|release or StandingCertification/NAME#release:RUN", s)
 	}
-	if m[5] != "" && m[1] != specs.KindRequest {
-		return "", "", "", fmt.Errorf("subject %q: actions apply only to CertificationRequest", s)
+	kind, name, action = m[1], m[2], m[5]
+	switch {
+	case action == "":
+	case kind == specs.KindRequest && (action == ActionCancel || action == ActionRelease):
+	case kind == specs.KindStanding && strings.HasPrefix(action, ActionRelease+":"):
+		if _, ok := specs.FiringSequence(name, strings.TrimPrefix(action, ActionRelease+":")); !ok {
+			return "", "", "", fmt.Errorf("subject %q: %s is not a firing of %s (%s-<sequence>)", s, strings.TrimPrefix(action, ActionRelease+":"), name, name)
+		}
+	default:
+		return "", "", "", fmt.Errorf("subject %q: actions are cancel and release on a CertificationRequest and release:RUN on a StandingCertification", s)
 	}
-	return m[1], m[2], m[5], nil
+	return kind, name, action, nil
 }
 
 // NewApprovalStatement returns the approval statement of subjects (names
@@ -291,7 +300,7 @@ func (p *TrustPolicy) ThresholdFor(subject string) (int, error) {
 	switch {
 	case action == ActionCancel:
 		return *th.Cancel, nil
-	case action == ActionRelease:
+	case action == ActionRelease || strings.HasPrefix(action, ActionRelease+":"):
 		return *th.Release, nil
 	case kind == specs.KindProfile:
 		return *th.CertificationProfile, nil

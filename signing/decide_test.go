@@ -247,7 +247,7 @@ func TestParseApprovalRefuses(t *testing.T) {
 		{"bad expiry", sign(ApprovalPredicateType, []Subject{SubjectFor("CertificationProfile/p", d0)}, map[string]any{"signedAt": ok.SignedAt, "expires": "soon"}), `predicate.expires: "soon"`},
 		{"bad cluster", sign(ApprovalPredicateType, []Subject{SubjectFor("CertificationProfile/p", d0)}, map[string]any{"signedAt": ok.SignedAt, "clusters": []string{"East"}}), "not a DNS label"},
 		{"bad subject", sign(ApprovalPredicateType, []Subject{SubjectFor("Pod/p", d0)}, ok), `subject "Pod/p"`},
-		{"action on a profile", sign(ApprovalPredicateType, []Subject{SubjectFor("CertificationProfile/p#release", d0)}, ok), "actions apply only to CertificationRequest"},
+		{"action on a profile", sign(ApprovalPredicateType, []Subject{SubjectFor("CertificationProfile/p#release", d0)}, ok), "actions are cancel and release on a CertificationRequest"},
 		{"truncated", good[:len(good)-10], "approvals/x.json: envelope"},
 		{"garbled", []byte(strings.Replace(string(good), `"sig":"`, `"sig":"%`, 1)), "signatures[0].sig is not standard base64"},
 	} {

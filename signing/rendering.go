@@ -27,9 +27,18 @@ func (p *TrustPolicy) DecideRendering(r *specs.Rendering, approvals []*Approval,
 	return out
 }
 
-// RequestedActions returns the actions ("cancel", "release") a rendered
-// request asks for; none for a profile.
+// RequestedActions returns the actions a rendered object asks for: a
+// request's "cancel" and "release", a standing certification's
+// "release:<run>" for each firing its spec.release lists; none for a
+// profile.
 func RequestedActions(o *specs.Object) []string {
+	if o != nil && o.Standing != nil {
+		var out []string
+		for _, run := range o.Standing.Spec.Release {
+			out = append(out, specs.StandingReleaseAction(run))
+		}
+		return out
+	}
 	if o == nil || o.Request == nil {
 		return nil
 	}

@@ -82,3 +82,44 @@ func CanonicalRequest(r *CertificationRequest) ([]byte, error) {
 		},
 	})
 }
+
+type canonicalStanding struct {
+	TypeMeta `json:",inline"`
+	Metadata canonicalMeta     `json:"metadata"`
+	Spec     standingExecution `json:"spec"`
+}
+
+// standingExecution is a StandingSpec without Release, with the intervals
+// written as time.Duration writes them ("168h0m0s") so that "168h" and
+// "10080m" digest alike. An interval that does not parse is kept as written
+// (validation reports it).
+type standingExecution struct {
+	Profile      string            `json:"profile"`
+	Nodes        []string          `json:"nodes,omitempty"`
+	Selector     map[string]string `json:"selector,omitempty"`
+	NodesPerRun  int               `json:"nodesPerRun"`
+	Every        Interval          `json:"every,omitempty"`
+	BeforeExpiry Interval          `json:"beforeExpiry,omitempty"`
+	Triggers     []Trigger         `json:"triggers,omitempty"`
+	Budget       Budget            `json:"budget"`
+}
+
+// CanonicalStanding returns the canonical JSON that approvals of s sign:
+// apiVersion, kind, metadata.name and every field of the spec but release
+// (an action, approved on its own), intervals normalised.
+func CanonicalStanding(s *StandingCertification) ([]byte, error) {
+	return CanonicalJSON(canonicalStanding{
+		TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindStanding},
+		Metadata: canonicalMeta{Name: s.Metadata.Name},
+		Spec: standingExecution{
+			Profile:      s.Spec.Profile,
+			Nodes:        s.Spec.Nodes,
+			Selector:     s.Spec.Selector,
+			NodesPerRun:  s.Spec.NodesPerRun,
+			Every:        s.Spec.Every.normalized(),
+			BeforeExpiry: s.Spec.BeforeExpiry.normalized(),
+			Triggers:     s.Spec.Triggers,
+			Budget:       s.Spec.Budget,
+		},
+	})
+}

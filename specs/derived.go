@@ -126,3 +126,33 @@ func (p *CertificationProfile) Floor() map[string]resource.Quantity {
 	}
 	return floor
 }
+
+// MinInterval is the shortest Every a standing certification may ask for:
+// shorter would recertify a node while its last run's evidence is still
+// being written.
+const MinInterval = 10 * time.Minute
+
+// Duration returns i as a time.Duration: a positive whole number of
+// seconds written as time.ParseDuration reads it ("168h", "90m").
+func (i Interval) Duration() (time.Duration, error) {
+	d, err := time.ParseDuration(string(i))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a duration like 168h or 90m", string(i))
+	case d <= 0:
+		return 0, fmt.Errorf("%q is not positive", string(i))
+	case d%time.Second != 0:
+		return 0, fmt.Errorf("%q is not a whole number of seconds", string(i))
+	}
+	return d, nil
+}
+
+// normalized is i as time.Duration writes it, or i itself when it does not
+// parse (or is empty).
+func (i Interval) normalized() Interval {
+	d, err := i.Duration()
+	if err != nil {
+		return i
+	}
+	return Interval(d.String())
+}

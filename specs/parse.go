@@ -134,7 +134,7 @@ func parseNode(file string, index, off int, n *yaml.Node) (*Object, claim, []Fin
 	}
 	apiVersion, kind := scalarField(n, "apiVersion"), scalarField(n, "kind")
 	group, _, _ := strings.Cut(apiVersion, "/")
-	if group != APIGroup && kind != KindProfile && kind != KindRequest {
+	if group != APIGroup && !isKind(kind) {
 		return nil, claim{}, nil
 	}
 	d := &decoder{file: file, index: index, off: off, positions: positions{}}
@@ -143,18 +143,22 @@ func parseNode(file string, index, off int, n *yaml.Node) (*Object, claim, []Fin
 	case apiVersion != APIVersion:
 		d.addf(n, "apiVersion", "%q is not %s", apiVersion, APIVersion)
 		return nil, claimed(kind, n), d.findings
-	case kind != KindProfile && kind != KindRequest:
-		d.addf(n, "kind", "%q is not a signet kind (%s or %s)", kind, KindProfile, KindRequest)
+	case !isKind(kind):
+		d.addf(n, "kind", "%q is not a signet kind (%s)", kind, strings.Join(Kinds, ", "))
 		return nil, claimed(kind, n), d.findings
 	}
-	var target any
 	o := &Object{Kind: kind, Source: Source{File: file, Index: index, Line: d.positions[""].Line}, positions: d.positions}
-	if kind == KindProfile {
+	var target any
+	switch kind {
+	case KindProfile:
 		o.Profile = &CertificationProfile{}
 		target = o.Profile
-	} else {
+	case KindRequest:
 		o.Request = &CertificationRequest{}
 		target = o.Request
+	case KindStanding:
+		o.Standing = &StandingCertification{}
+		target = o.Standing
 	}
 	v := d.value(n, reflect.TypeOf(target).Elem(), "")
 	if len(d.findings) > 0 {
@@ -171,12 +175,16 @@ func parseNode(file string, index, off int, n *yaml.Node) (*Object, claim, []Fin
 		d.addf(n, "", "%v", err)
 		return nil, claimed(kind, n), d.findings
 	}
-	if kind == KindProfile {
+	switch kind {
+	case KindProfile:
 		o.Name = o.Profile.Metadata.Name
 		o.Canonical, err = CanonicalProfile(o.Profile)
-	} else {
+	case KindRequest:
 		o.Name = o.Request.Metadata.Name
 		o.Canonical, err = CanonicalRequest(o.Request)
+	case KindStanding:
+		o.Name = o.Standing.Metadata.Name
+		o.Canonical, err = CanonicalStanding(o.Standing)
 	}
 	if err != nil {
 		d.addf(n, "", "%v", err)

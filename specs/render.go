@@ -57,9 +57,11 @@ type Object struct {
 	Kind   string `json:"kind"`
 	Name   string `json:"name"`
 	Source Source `json:"source"`
-	// Profile is set when Kind is KindProfile, Request when it is KindRequest.
-	Profile *CertificationProfile `json:"-"`
-	Request *CertificationRequest `json:"-"`
+	// Profile is set when Kind is KindProfile, Request when it is
+	// KindRequest, Standing when it is KindStanding.
+	Profile  *CertificationProfile  `json:"-"`
+	Request  *CertificationRequest  `json:"-"`
+	Standing *StandingCertification `json:"-"`
 	// Canonical is the RFC 8785 JSON that approvals sign: see
 	// CanonicalProfile and CanonicalRequest for its exact shape (for a
 	// request, its execution fields only).
@@ -97,6 +99,10 @@ func (r *Rendering) Profile(name string) *Object { return r.find(KindProfile, na
 
 // Request returns the request named name, or nil when there is none.
 func (r *Rendering) Request(name string) *Object { return r.find(KindRequest, name) }
+
+// Standing returns the standing certification named name, or nil when
+// there is none.
+func (r *Rendering) Standing(name string) *Object { return r.find(KindStanding, name) }
 
 func (r *Rendering) find(kind, name string) *Object {
 	for _, o := range r.Objects {
@@ -234,9 +240,19 @@ func Render(fsys fs.FS, dir string) (*Rendering, error) {
 		}
 		r.Findings = append(r.Findings, validateProfile(o, info)...)
 	}
+	var standings []string
 	for _, o := range r.Objects {
-		if o.Request != nil {
+		if o.Standing != nil {
+			standings = append(standings, o.Name)
+		}
+	}
+	for _, o := range r.Objects {
+		switch {
+		case o.Request != nil:
 			r.Findings = append(r.Findings, validateRequest(o, profiles, broken)...)
+			r.Findings = append(r.Findings, requestNotFiring(o, standings)...)
+		case o.Standing != nil:
+			r.Findings = append(r.Findings, validateStanding(o, profiles, broken)...)
 		}
 	}
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int {

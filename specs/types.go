@@ -1,6 +1,8 @@
 package specs
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -9,9 +11,15 @@ const APIVersion = "signet.dev/v1alpha1"
 
 // Kind names.
 const (
-	KindProfile = "CertificationProfile"
-	KindRequest = "CertificationRequest"
+	KindProfile  = "CertificationProfile"
+	KindRequest  = "CertificationRequest"
+	KindStanding = "StandingCertification"
 )
+
+// Kinds are the signet kinds, in the order findings list them.
+var Kinds = []string{KindProfile, KindRequest, KindStanding}
+
+func isKind(kind string) bool { return slices.Contains(Kinds, kind) }
 
 // TypeMeta is the apiVersion and kind of a document.
 type TypeMeta struct {
@@ -146,4 +154,78 @@ type RequestSpec struct {
 	Count    int               `json:"count,omitempty"`
 	Cancel   bool              `json:"cancel,omitempty"`
 	Release  bool              `json:"release,omitempty"`
+}
+
+// StandingCertification keeps a pool of nodes certified with one profile:
+// approved once, it fires runs of NodesPerRun due nodes (docs/design.md,
+// Standing certification) while the pool's nodes held by signet stay
+// within Budget. Every field but Release is part of its digest.
+type StandingCertification struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta   `json:"metadata"`
+	Spec     StandingSpec `json:"spec"`
+}
+
+// StandingSpec is the body of a StandingCertification.
+type StandingSpec struct {
+	// Profile is the CertificationProfile every firing runs.
+	Profile string `json:"profile"`
+	// Nodes names the pool explicitly (for a local profile: this machine,
+	// its hostname or localhost).
+	Nodes []string `json:"nodes,omitempty"`
+	// Selector names the pool as the nodes carrying these labels when a
+	// firing is decided; exactly one of Nodes and Selector.
+	Selector map[string]string `json:"selector,omitempty"`
+	// NodesPerRun is how many due nodes one firing certifies together,
+	// within the profile's participants.
+	NodesPerRun int `json:"nodesPerRun"`
+	// Every makes a node due when its latest run of the profile ended this
+	// long ago ("168h"; at least 10m).
+	Every Interval `json:"every,omitempty"`
+	// BeforeExpiry makes a node due when its certification label expires
+	// within this long ("24h").
+	BeforeExpiry Interval `json:"beforeExpiry,omitempty"`
+	// Triggers are the events that make a node due at once: identity (its
+	// UID, systemUUID, bootID, kernel, GPU product or driver changed since
+	// its latest run), joined (no run of the profile yet), expired (its
+	// certification expired). At least one of every, beforeExpiry and
+	// triggers is set.
+	Triggers []Trigger `json:"triggers,omitempty"`
+	// Budget bounds the pool's nodes signet holds at once.
+	Budget Budget `json:"budget"`
+	// Release names firings (run IDs "<name>-<sequence>") whose retained
+	// nodes may be released; an action approved on its own
+	// (StandingCertification/<name>#release), outside the digest.
+	Release []string `json:"release,omitempty"`
+}
+
+// Interval is a positive duration of whole seconds written as Go writes
+// durations, e.g. "168h" or "90m" (docs/reference/standingcertification.md).
+type Interval string
+
+// Trigger is an event that makes a pool node due for certification.
+type Trigger string
+
+// Trigger values.
+const (
+	// TriggerIdentity: the node's UID, systemUUID, bootID, kernel, GPU
+	// product or driver differs from its latest run's snapshot.
+	TriggerIdentity Trigger = "identity"
+	// TriggerJoined: the node has no run of the profile yet.
+	TriggerJoined Trigger = "joined"
+	// TriggerExpired: the node's certification expired.
+	TriggerExpired Trigger = "expired"
+)
+
+// Budget bounds the pool's nodes signet holds at once (reserved by a run
+// without a receipt, or retained after a non-Pass until an approved
+// release): exactly one of MaxNodes or MaxPercent of the pool, rounded
+// down.
+type Budget struct {
+	// MaxNodes is the most pool nodes held at once.
+	MaxNodes int `json:"maxNodes,omitempty"`
+	// MaxPercent is the most pool nodes held at once as a percentage of
+	// the pool's size at each firing (1 to 100, rounded down; a budget that
+	// rounds to 0 does not fire).
+	MaxPercent int `json:"maxPercent,omitempty"`
 }

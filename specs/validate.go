@@ -305,16 +305,7 @@ func validateRequest(o *Object, profiles map[string]*Object, broken map[string]b
 	r := &reporter{src: o.Source, pos: o.positions}
 	r.dnsLabel("metadata.name", q.Metadata.Name)
 	s := q.Spec
-	var prof *CertificationProfile
-	switch po := profiles[s.Profile]; {
-	case s.Profile == "":
-		r.addf("spec.profile", "is required")
-	case po == nil && broken[s.Profile]:
-	case po == nil:
-		r.addf("spec.profile", "no CertificationProfile %q in this rendering", s.Profile)
-	default:
-		prof = po.Profile
-	}
+	prof := r.profileRef("spec.profile", s.Profile, profiles, broken)
 
 	byNodes := len(s.Nodes) > 0
 	bySelector := len(s.Selector) > 0 || s.Count != 0
@@ -324,18 +315,7 @@ func validateRequest(o *Object, profiles map[string]*Object, broken map[string]b
 	case !byNodes && !bySelector:
 		r.addf("spec", "names no nodes: set either nodes, or selector and count")
 	}
-	seen := map[string]int{}
-	for i, n := range s.Nodes {
-		f := fmt.Sprintf("spec.nodes[%d]", i)
-		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
-			r.addf(f, "%q is not a node name: %s", n, strings.Join(errs, "; "))
-		}
-		if j, dup := seen[n]; dup {
-			r.addf(f, "%q is also spec.nodes[%d]", n, j)
-		} else {
-			seen[n] = i
-		}
-	}
+	r.nodeNames("spec.nodes", s.Nodes)
 	if bySelector && !byNodes {
 		if len(s.Selector) == 0 {
 			r.addf("spec.selector", "is required with count")
@@ -344,16 +324,7 @@ func validateRequest(o *Object, profiles map[string]*Object, broken map[string]b
 			r.addf("spec.count", "%d is less than 1: a selector needs a count", s.Count)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Selector)) {
-		v := s.Selector[k]
-		f := join("spec.selector", k)
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			r.addf(f, "%q is not a label key: %s", k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			r.addf(f, "%q is not a label value: %s", v, strings.Join(errs, "; "))
-		}
-	}
+	r.selector("spec.selector", s.Selector)
 	if prof != nil {
 		n, field := len(s.Nodes), "spec.nodes"
 		if !byNodes {
@@ -371,6 +342,54 @@ func validateRequest(o *Object, profiles map[string]*Object, broken map[string]b
 		}
 	}
 	return r.findings
+}
+
+// profileRef returns the profile that field names, or nil after reporting
+// a missing or empty name; a profile in broken (it has findings of its own)
+// is nil and not reported.
+func (r *reporter) profileRef(field, name string, profiles map[string]*Object, broken map[string]bool) *CertificationProfile {
+	switch po := profiles[name]; {
+	case name == "":
+		r.addf(field, "is required")
+	case po == nil && broken[name]:
+	case po == nil:
+		r.addf(field, "no CertificationProfile %q in this rendering", name)
+	default:
+		return po.Profile
+	}
+	return nil
+}
+
+// nodeNames reports node names that are not DNS subdomains or are named
+// twice in the list at field.
+func (r *reporter) nodeNames(field string, nodes []string) {
+	seen := map[string]int{}
+	for i, n := range nodes {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			r.addf(f, "%q is not a node name: %s", n, strings.Join(errs, "; "))
+		}
+		if j, dup := seen[n]; dup {
+			r.addf(f, "%q is also %s[%d]", n, field, j)
+		} else {
+			seen[n] = i
+		}
+	}
+}
+
+// selector reports label keys and values of the selector at field that
+// Kubernetes would refuse.
+func (r *reporter) selector(field string, sel map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		v := sel[k]
+		f := join(field, k)
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			r.addf(f, "%q is not a label key: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			r.addf(f, "%q is not a label value: %s", v, strings.Join(errs, "; "))
+		}
+	}
 }
 
 // cleanRelative reports whether p is a clean, slash-separated relative path

@@ -23,7 +23,7 @@ import (
 // report of its evidence branch and serves it read-only at /report/ on
 // its status listener, rebuilt after a later run; it serves no file
 // outside the directory (by "..", encoded or not, or by a symbolic link
-// in it), lists no directory, and takes no write.
+// in it) nor its lock file, lists no directory, and takes no write.
 func TestReconcileDaemonReport(t *testing.T) {
 	keys := testenv.NewKeys(t)
 	repo := testenv.NewRepo(t)
@@ -101,9 +101,12 @@ backends:
 	}
 	require.NotEmpty(t, subdir, "the report has pages in a subdirectory")
 
-	// Nothing outside the directory, no listing, no write.
-	require.NoError(t, os.Symlink(filepath.Join(dir, "secret.txt"), filepath.Join(reportDir, "leak.txt")))
-	require.NoError(t, os.Symlink(dir, filepath.Join(reportDir, "up")))
+	// Nothing outside the directory, no listing, no write: symbolic
+	// links planted in the current generation, where the handler does
+	// open files, never lead out of the directory.
+	gen := filepath.Join(reportDir, report.CurrentLink)
+	require.NoError(t, os.Symlink(filepath.Join(dir, "secret.txt"), filepath.Join(gen, "leak.txt")))
+	require.NoError(t, os.Symlink(dir, filepath.Join(gen, "up")))
 	index, err := os.ReadFile(filepath.Join(reportDir, "index.html"))
 	require.NoError(t, err)
 	for _, tc := range []struct{ method, path string }{
@@ -111,8 +114,10 @@ backends:
 		{http.MethodGet, "/report/%2e%2e/secret.txt"},
 		{http.MethodGet, "/report/..%2fsecret.txt"},
 		{http.MethodGet, "/report/%2e%2e%2fsecret.txt"},
-		{http.MethodGet, "/report/leak.txt"},
-		{http.MethodGet, "/report/up/secret.txt"},
+		{http.MethodGet, "/report/" + report.CurrentLink + "/leak.txt"},
+		{http.MethodGet, "/report/" + report.CurrentLink + "/up/secret.txt"},
+		{http.MethodGet, "/report/.lock"},
+		{http.MethodHead, "/report/.lock"},
 		{http.MethodGet, "/report/" + subdir},
 		{http.MethodGet, "/report/" + strings.TrimSuffix(subdir, "/")},
 		{http.MethodPut, "/report/index.html"},
@@ -122,6 +127,9 @@ backends:
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			code, body := get(tc.method, tc.path)
 			assert.NotEqual(t, http.StatusOK, code)
+			if strings.HasSuffix(tc.path, "/.lock") {
+				assert.Equal(t, http.StatusNotFound, code, "the report's lock file is never served")
+			}
 			assert.NotContains(t, body, secret)
 			assert.NotContains(t, body, "<pre>", "no directory listing (net/http's is a <pre> of links)")
 		})

@@ -31,7 +31,7 @@ type reportOptions struct {
 func (o *reportOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Branch.AddFlags(fs)
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
-	fs.StringVar(&o.Out, "out", "", "output directory (required); files of an earlier report there are rewritten only when they change")
+	fs.StringVar(&o.Out, "out", "", "output directory, created when missing (required): DIR/index.html, the current generation DIR/gens/<id>/ and the one before it")
 	fs.IntVar(&o.PageSize, "page-size", report.DefaultPageSize, "runs per index page")
 	fs.DurationVar(&o.TTL, "ttl", report.DefaultTTL, "how long a Pass certifies a node on the report (negative: forever)")
 	fs.DurationVar(&o.Expiring, "expiring-within", report.DefaultExpiring, "a certification ending within this long counts as expiring soon")
@@ -51,11 +51,18 @@ node × check matrix with reasons, summaries, measurements, durations and log ta
 approved it, and the stock-tool commands that re-verify it), per node and per profile.
 
 A page is never written from a document the audit did not prove: a run that a finding
-names is shown withheld, with the findings. The same branch gives the same bytes. Each
-report is a new generation (DIR/gens/<id>/), written whole and then switched in
-(DIR/current, and DIR/index.html leading into it), so no reader sees a half-written
-report; a second report writes only the pages that changed and links the others.
-Prints the path of the index.
+names is shown withheld, with the findings. The same branch gives the same bytes.
+
+--out DIR is a directory, created (parents included) when missing. Each report is a new
+generation, DIR/gens/<id>/ with a manifest.json of its files' digests, written whole and
+then switched in: DIR/current links to it and DIR/index.html, the entry, leads into it,
+so no reader sees a half-written report. A second report writes only the pages that
+changed and hard-links the others; the generation it replaces stays until the report
+after, for readers still in it. A report of the earlier flat layout in DIR
+(DIR/manifest.json) has the files that manifest lists removed once the first generation
+is switched in (directories they leave empty stay); nothing else in DIR is touched.
+While one report writes DIR, a second one there fails on DIR/.lock (exit 2).
+Prints the path of the entry, DIR/index.html.
 
 Exit status: 0 clean, 1 the audit has findings (the report shows them), 2 usage error or
 the branch could not be read.`,

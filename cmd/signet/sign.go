@@ -64,7 +64,10 @@ spec repository --repo (default ".") and write ONE approval under
 envelope of an in-toto statement (predicate type https://signet.dev/approval/v1)
 whose subjects are the chosen objects with the sha256 of their canonical JSON.
 With --action cancel|release it approves that action on the requests named by
---object (subject CertificationRequest/NAME#ACTION, the request's digest).
+--object (subject CertificationRequest/NAME#ACTION, the request's digest);
+--action release on a StandingCertification approves releasing the nodes
+retained by each firing its spec.release lists (subjects
+StandingCertification/NAME#release:RUN, the standing certification's digest).
 --clusters and --expires scope the approval. Only a rendering without findings
 is signed. The file name is derived from the statement and the key and an
 existing file is never overwritten.
@@ -97,7 +100,7 @@ func (o *signOptions) run(cmd *cobra.Command, repo string, now time.Time) error 
 		return &usageError{fmt.Errorf("--action: %q is not cancel or release", o.Action)}
 	}
 	if o.Action != "" && len(o.Objects) == 0 {
-		return &usageError{errors.New("--action needs --object CertificationRequest/NAME")}
+		return &usageError{errors.New("--action needs --object CertificationRequest/NAME (or StandingCertification/NAME for release)")}
 	}
 	pred := signing.ApprovalPredicate{Clusters: o.Clusters, SignedAt: now.UTC().Format(time.RFC3339)}
 	if o.Expires != "" {
@@ -188,15 +191,28 @@ func (o *signOptions) subjects(r *specs.Rendering) ([]signing.Subject, error) {
 	}
 	var out []signing.Subject
 	for _, obj := range objs {
-		if o.Action != "" && obj.Kind != specs.KindRequest {
-			return nil, &usageError{fmt.Errorf("--object %s: --action applies only to CertificationRequest objects", obj.Ref())}
+		switch {
+		case o.Action == signing.ActionRelease && obj.Kind == specs.KindStanding:
+			// One subject per firing spec.release lists: an approval
+			// releases the firings a reviewed change named, no other.
+			runs := obj.Standing.Spec.Release
+			if len(runs) == 0 {
+				return nil, &usageError{fmt.Errorf("--object %s: --action release approves the firings its spec.release lists, and it lists none", obj.Ref())}
+			}
+			for _, run := range runs {
+				out = append(out, signing.SubjectFor(signing.SubjectName(obj.Kind, obj.Name, specs.StandingReleaseAction(run)), obj.Digest))
+			}
+			continue
+		case o.Action != "" && obj.Kind != specs.KindRequest:
+			return nil, &usageError{fmt.Errorf("--object %s: --action applies to CertificationRequest objects (and release to StandingCertification)", obj.Ref())}
 		}
 		out = append(out, signing.SubjectFor(signing.SubjectName(obj.Kind, obj.Name, o.Action), obj.Digest))
 	}
 	return out, nil
 }
 
-// findObject resolves KIND/NAME (KIND also "profile" or "request").
+// findObject resolves KIND/NAME (KIND also "profile", "request" or
+// "standing").
 func findObject(r *specs.Rendering, ref string) (*specs.Object, error) {
 	kind, name, ok := strings.Cut(ref, "/")
 	if !ok || name == "" {
@@ -207,8 +223,10 @@ func findObject(r *specs.Rendering, ref string) (*specs.Object, error) {
 		kind = specs.KindProfile
 	case "request", strings.ToLower(specs.KindRequest):
 		kind = specs.KindRequest
+	case "standing", strings.ToLower(specs.KindStanding):
+		kind = specs.KindStanding
 	default:
-		return nil, &usageError{fmt.Errorf("--object %q: kind %q is not CertificationProfile or CertificationRequest", ref, kind)}
+		return nil, &usageError{fmt.Errorf("--object %q: kind %q is not CertificationProfile, CertificationRequest or StandingCertification", ref, kind)}
 	}
 	for _, obj := range r.Objects {
 		if obj.Kind == kind && obj.Name == name {

@@ -104,6 +104,9 @@ type statusJSON struct {
 	// Certified are the certification labels the --reconciler daemons'
 	// clusters carry now, with their expiry.
 	Certified []certifiedNode `json:"certified,omitempty"`
+	// Standing are the --reconciler daemons' standing certifications:
+	// pool coverage, budget in use and next due time.
+	Standing []reconciler.StandingRow `json:"standing,omitempty"`
 }
 
 // certifiedNode is a node's certification label set as a daemon reads it
@@ -151,6 +154,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	o.filter(st, since)
 	retained := retainedNodes(st.Runs)
 	var waiting []reconciler.WaitingRequest
+	var standings []reconciler.StandingRow
 	var certified []certifiedNode
 	for _, addr := range o.Reconcilers {
 		ds, err := daemonStatus(ctx, addr)
@@ -158,6 +162,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 			return exitCode(exitAuditUsage, err)
 		}
 		waiting = append(waiting, reconciler.Waiting(*ds)...)
+		standings = append(standings, reconciler.Standings(*ds)...)
 		for _, c := range ds.Certified {
 			certified = append(certified, certifiedNode{Cluster: ds.Cluster, CertifiedNode: c})
 		}
@@ -167,7 +172,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	}
 	w := cmd.OutOrStdout()
 	if o.Output.JSON() {
-		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained, Waiting: waiting, Certified: certified}
+		out := statusJSON{Repo: st.Repo, Branch: st.Branch, Tip: st.Tip, Runs: []runStatusJSON{}, Nodes: st.Nodes, Retained: retained, Waiting: waiting, Certified: certified, Standing: standings}
 		for _, r := range st.Runs {
 			out.Runs = append(out.Runs, runStatusJSON{RunStatus: r, Conditions: runConditions(r, now)})
 		}
@@ -182,7 +187,39 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	}
 	printStatus(w, st, retained, labels)
 	printWaiting(w, waiting)
+	printStandings(w, standings)
 	return nil
+}
+
+// printStandings lists the standing certifications: pool coverage,
+// budget in use of allowed, the next due time and the last firing; one
+// that is not Ready shows its reason instead.
+func printStandings(w io.Writer, rows []reconciler.StandingRow) {
+	if len(rows) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCLUSTER\tSTANDING\tREADY\tPOOL\tCERTIFIED\tEXPIRING\tFAILED\tNEVER\tBUDGET\tNEXT DUE\tLAST FIRING")
+	for _, r := range rows {
+		if r.StandingStatus == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s: %s\t\t\t\t\t\t\t\t\n", r.Cluster, r.Name, r.Reason, r.Message)
+			continue
+		}
+		next := "-"
+		if !r.Next.IsZero() {
+			next = r.Next.UTC().Format(time.RFC3339)
+		}
+		last := r.LastFiring
+		if last == "" {
+			last = "-"
+		}
+		ready := "True"
+		if !r.Ready {
+			ready = r.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\n", r.Cluster, r.Name, ready, r.Pool, r.Certified, r.Expiring, r.Failed, r.Never, r.InUse, r.Allowed, next, last)
+	}
+	tw.Flush()
 }
 
 // maxDaemonStatus bounds the /status answer signet status reads.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,6 +129,35 @@ func TestStatusFilters(t *testing.T) {
 	assert.Equal(t, []retainedNode{{Cluster: "c", Node: "a", Run: "failed", Verdict: specs.VerdictFail}}, retained)
 }
 
+// localReconciler builds a real reconciler of cluster "east" over repo
+// (spec and evidence branch) with the local backend, its metrics on reg
+// (nil: none), recovered; it is closed when the test ends.
+func localReconciler(t *testing.T, repo *testenv.Repo, keys *testenv.Keys, reg prometheus.Registerer) (*reconciler.Reconciler, *reconciler.Secrets) {
+	t.Helper()
+	cfg := &reconciler.Config{
+		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
+		Cluster:     "east",
+		Spec:        reconciler.SourceConfig{URL: repo.Dir, Branch: "main"},
+		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: repo.Dir, Branch: evidencetest.Branch}},
+		TrustPolicy: keys.TrustFile, SigningKey: keys.ReconcilerFile,
+		StateDir: filepath.Join(t.TempDir(), "state"), Interval: 1,
+		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(testenv.WorldDir(t), "work")}},
+	}
+	sec, err := reconciler.LoadSecrets(cfg)
+	require.NoError(t, err)
+	ctx := t.Context()
+	r, store, err := reconciler.Build(ctx, cfg, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, reconciler.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = r.Close(c)
+		_ = store.Close()
+	})
+	require.NoError(t, r.Recover(ctx))
+	return r, sec
+}
+
 // TestStatusWaiting: with --reconciler, signet status lists the requests a
 // real reconciler's /status (served by its own handler) shows not
 // admitted: one waiting for nodes (its node held by the running run,
@@ -143,27 +173,8 @@ func TestStatusWaiting(t *testing.T) {
 	}
 	repo.Commit("specs")
 	repo.Approve(keys.ApproverFile, "", "CertificationProfile/long", "CertificationRequest/first", "CertificationRequest/queued")
-	cfg := &reconciler.Config{
-		TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
-		Cluster:     "east",
-		Spec:        reconciler.SourceConfig{URL: repo.Dir, Branch: "main"},
-		Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: repo.Dir, Branch: evidencetest.Branch}},
-		TrustPolicy: keys.TrustFile, SigningKey: keys.ReconcilerFile,
-		StateDir: filepath.Join(t.TempDir(), "state"), Interval: 1,
-		Backends: reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(testenv.WorldDir(t), "work")}},
-	}
-	sec, err := reconciler.LoadSecrets(cfg)
-	require.NoError(t, err)
+	r, sec := localReconciler(t, repo, keys, nil)
 	ctx := t.Context()
-	r, store, err := reconciler.Build(ctx, cfg, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, reconciler.Options{})
-	require.NoError(t, err)
-	defer store.Close()
-	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = r.Close(c)
-	}()
-	require.NoError(t, r.Recover(ctx))
 	// "first" is admitted and runs; the pass that admits it looks at
 	// "queued" after it (name order), whose node "first" now holds.
 	res, err := r.ReconcileOnce(ctx)

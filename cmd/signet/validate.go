@@ -166,23 +166,30 @@ func (o *validateOptions) print(w io.Writer, r *validateReport) error {
 			return err
 		}
 	}
-	profiles, requests := 0, 0
+	profiles, requests, standings := 0, 0, 0
 	for _, obj := range r.Objects {
-		if strings.HasPrefix(obj.Ref, specs.KindProfile+"/") {
+		switch {
+		case strings.HasPrefix(obj.Ref, specs.KindProfile+"/"):
 			profiles++
-		} else {
+		case strings.HasPrefix(obj.Ref, specs.KindStanding+"/"):
+			standings++
+		default:
 			requests++
 		}
+	}
+	counts := fmt.Sprintf("%d profiles, %d requests", profiles, requests)
+	if standings > 0 {
+		counts += fmt.Sprintf(", %d standing certifications", standings)
 	}
 	where := r.Repo
 	if r.Path != "." {
 		where += ", path " + r.Path
 	}
 	if r.Valid {
-		_, err := fmt.Fprintf(w, "%s: valid (%d profiles, %d requests)\n", where, profiles, requests)
+		_, err := fmt.Fprintf(w, "%s: valid (%s)\n", where, counts)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s: %d findings (%d profiles, %d requests rendered)\n", where, len(r.Findings), profiles, requests)
+	_, err := fmt.Fprintf(w, "%s: %d findings (%s rendered)\n", where, len(r.Findings), counts)
 	return err
 }
 

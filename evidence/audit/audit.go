@@ -189,6 +189,9 @@ type auditor struct {
 	base        *commitInfo
 	baseCommits []*commitInfo
 	from        *CheckpointInfo
+	// hist is the replay state that proves firings (checkFiringHistory):
+	// restored from a checkpoint, then at the end of the audit.
+	hist historyState
 	// readMu serializes the blob reads of documents (Observe) when the
 	// object source is not safe for concurrent use.
 	readMu sync.Mutex
@@ -300,6 +303,8 @@ func (a *auditor) checkAll() {
 		r.findings = nil
 	}
 	a.checkIndex(runs)
+	a.checkFiringSequences(runs)
+	a.checkFiringHistory(runs)
 	a.checkCopies()
 	a.checkChains()
 	for _, r := range a.runs {

@@ -22,7 +22,9 @@ import (
 // PredicateCheckpoint is the predicate type of an audit checkpoint: a
 // DSSE envelope, signed by an auditor of the trust policy, of what a
 // clean audit knew at the tip it read.
-const PredicateCheckpoint = "https://signet.dev/AuditCheckpoint/v1"
+// Version 2 added the replay state that proves firings (State.Latest,
+// Held, Pending); a version 1 checkpoint, without it, is refused.
+const PredicateCheckpoint = "https://signet.dev/AuditCheckpoint/v2"
 
 // ErrCheckpoint: the checkpoint given to start from cannot be used (not
 // signed by an auditor of the trust policy, another branch or trust
@@ -58,10 +60,18 @@ type Checkpoint struct {
 // (chain link) or - (other); only index entries and chain links carry
 // their content. Runs without a receipt are read and checked again by
 // the audit that starts from the checkpoint.
+//
+// Latest, Held and Pending are the state of the replay that proves
+// firings at the tip (encodeHistory): each node's latest finished run of
+// each profile, the nodes signet holds, and the snapshots identity
+// reasons of firings not admitted yet are proven against.
 type State struct {
 	Commits []string `json:"commits"`
 	Runs    []string `json:"runs"`
 	Files   []string `json:"files"`
+	Latest  []string `json:"latest"`
+	Held    []string `json:"held"`
+	Pending []string `json:"pending"`
 }
 
 // stateKinds are the file kinds a State names, by letter.
@@ -87,6 +97,9 @@ func (a *auditor) openCheckpoint(name string, envelope []byte) (*Checkpoint, *Ch
 	v, err := signing.VerifyDSSE(envelope, a.policy.Signers(signing.RoleAuditor), a.opts.Now)
 	if err != nil {
 		return nil, nil, checkpointErr(name, "signature", "%v", refusalMessage(err))
+	}
+	if old := "https://signet.dev/AuditCheckpoint/v1"; v.Statement.PredicateType == old {
+		return nil, nil, checkpointErr(name, "predicateType", "%q is a checkpoint without the state that proves standing certifications' firings (%q): audit the whole branch again", old, PredicateCheckpoint)
 	}
 	if v.Statement.PredicateType != PredicateCheckpoint {
 		return nil, nil, checkpointErr(name, "predicateType", "%q is not %q", v.Statement.PredicateType, PredicateCheckpoint)
@@ -212,8 +225,12 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		}
 		runs[ri].files[p[len(runs[ri].dir)+1:]] = fr
 	}
+	if err := a.decodeHistory(name, st); err != nil {
+		return nil, err
+	}
 	for _, r := range runs {
 		r.admFile = r.files[evidence.AdmissionFile]
+		r.firFile = r.files[evidence.FiringFile]
 		if r.receipt == nil {
 			open = append(open, r)
 			continue
@@ -282,6 +299,9 @@ func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
 			run = strconv.Itoa(i)
 		}
 		cp.State.Files = append(cp.State.Files, fmt.Sprintf("%d %s %s %s %s %s %s", f.landed.index, f.blob, f.digest, kind, run, data, p))
+	}
+	if err := encodeHistory(&a.hist, &cp.State); err != nil {
+		return nil, err
 	}
 	st, err := signing.NewStatement(PredicateCheckpoint,
 		[]signing.Subject{signing.SubjectFor(path.Join("git-commit", a.branch), specs.DigestOf([]byte(cp.Tip)))}, cp)

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -175,42 +176,53 @@ func TestIncrementalAuditAgrees(t *testing.T) {
 			c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
 			require.NoError(t, err)
 			policy := tc.tamper(t, c)
-			now := time.Now().Add(tc.later)
-			commits, err := c.Commits()
-			require.NoError(t, err)
-			tip := commits[len(commits)-1]
-			defer func() { _, _ = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip) }()
-			var checkpoint []byte
-			used := 0
-			for i, h := range commits {
-				_, err := c.Git("update-ref", "refs/heads/"+evidencetest.Branch, h)
-				require.NoError(t, err)
-				full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now})
-				require.NoError(t, err)
-				incr, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
-					Checkpoint: checkpoint, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
-				require.NoError(t, err, "commit %d", i)
-				require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
-				assert.Equal(t, full.Pin, incr.Pin, "commit %d", i)
-				if i == len(commits)-1 && tc.name != "clean" {
-					require.NotEmpty(t, full.Findings, "the tamper is found at the tip")
-				}
-				if checkpoint != nil {
-					used++
-					require.NotNil(t, incr.From)
-				}
-				if incr.Clean() {
-					require.NotEmpty(t, incr.Checkpoint, "a clean audit writes its checkpoint")
-					checkpoint = incr.Checkpoint
-				} else {
-					require.Empty(t, incr.Checkpoint, "an audit with findings writes no checkpoint")
-				}
-			}
+			used := agreeAtEveryCommit(t, c, policy, auditor, time.Now().Add(tc.later), tc.name != "clean")
 			if tc.name != "revocation anchor not on the history" {
 				assert.Positive(t, used, "no incremental audit ran")
 			}
 		})
 	}
+}
+
+// agreeAtEveryCommit moves the copy's branch to each commit of its
+// first-parent history in turn and requires a chain of incremental audits
+// (each from the checkpoint of the last clean one, signed by auditor) to
+// report there exactly the findings of the full audit, at now; tampered:
+// the full audit at the tip has findings. It returns how many incremental
+// audits started from a checkpoint.
+func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.TrustPolicy, auditor *signing.PrivateKey, now time.Time, tampered bool) int {
+	t.Helper()
+	commits, err := c.Commits()
+	require.NoError(t, err)
+	tip := commits[len(commits)-1]
+	defer func() { _, _ = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip) }()
+	var checkpoint []byte
+	used := 0
+	for i, h := range commits {
+		_, err := c.Git("update-ref", "refs/heads/"+evidencetest.Branch, h)
+		require.NoError(t, err)
+		full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now})
+		require.NoError(t, err)
+		incr, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
+			Checkpoint: checkpoint, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
+		require.NoError(t, err, "commit %d", i)
+		require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
+		assert.Equal(t, full.Pin, incr.Pin, "commit %d", i)
+		if i == len(commits)-1 && tampered {
+			require.NotEmpty(t, full.Findings, "the tamper is found at the tip")
+		}
+		if checkpoint != nil {
+			used++
+			require.NotNil(t, incr.From)
+		}
+		if incr.Clean() {
+			require.NotEmpty(t, incr.Checkpoint, "a clean audit writes its checkpoint")
+			checkpoint = incr.Checkpoint
+		} else {
+			require.Empty(t, incr.Checkpoint, "an audit with findings writes no checkpoint")
+		}
+	}
+	return used
 }
 
 // TestCheckpointRefused: a checkpoint that cannot be trusted for this
@@ -248,6 +260,16 @@ func TestCheckpointRefused(t *testing.T) {
 	tampered, err := json.Marshal(env)
 	require.NoError(t, err)
 	other := checkpointPolicy(t, f, auditor, time.Now().Add(1000*time.Hour), "")
+	// v1 is the checkpoint as version 1, without the firing replay's state.
+	var genv signing.Envelope
+	require.NoError(t, json.Unmarshal(good, &genv))
+	payload, err := base64.StdEncoding.DecodeString(genv.Payload)
+	require.NoError(t, err)
+	var st signing.Statement
+	require.NoError(t, json.Unmarshal(payload, &st))
+	st.PredicateType = "https://signet.dev/AuditCheckpoint/v1"
+	v1, err := signing.SignStatement(&st, auditor)
+	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name       string
@@ -270,6 +292,13 @@ func TestCheckpointRefused(t *testing.T) {
 			_, rest, _ := strings.Cut(files[0].(string), " ")
 			files[0] = "100000 " + rest
 		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of state.commits`},
+		{"version 1, without the firing replay's state", v1, "", policy, false, "checkpoint.json: predicateType: \"https://signet.dev/AuditCheckpoint/v1\" is a checkpoint without the state that proves standing certifications' firings"},
+		{"latest run that does not decode", resign(auditor, func(cp map[string]any) {
+			cp["state"].(map[string]any)["latest"] = []any{"fixture !!"}
+		}), "", policy, false, "checkpoint.json: state.latest line 1: a node's run of cluster fixture does not decode"},
+		{"held node that is not held", resign(auditor, func(cp map[string]any) {
+			cp["state"].(map[string]any)["held"] = []any{"fixture localhost run-a lent"}
+		}), "", policy, false, `checkpoint.json: state.held line 1: "fixture localhost run-a lent" is not a cluster, node, run and chosen, admitted or retained`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := c.Dir

@@ -20,7 +20,9 @@ import (
 // proven.
 type RunDocuments struct {
 	Cluster, Run, Dir string
-	Admission         *evidence.Admission
+	// Firing is a standing certification's run's firing record.
+	Firing    *evidence.Firing
+	Admission *evidence.Admission
 	// Snapshots are the node snapshots the admission binds by digest, by
 	// node name.
 	Snapshots map[string]*evidence.NodeSnapshot
@@ -59,6 +61,7 @@ func (r *runAudit) documents() *RunDocuments {
 	for rel, f := range r.files {
 		d.Files[rel] = FileInfo{Digest: f.digest, Commit: f.landed.hash.String(), Committed: f.landed.when}
 	}
+	d.Firing = r.firing
 	if !r.admitted || r.adm == nil {
 		return d
 	}

@@ -378,7 +378,7 @@ func classify(p string) int {
 		return kindLog
 	case evidence.KindApproval:
 		return kindApproval
-	case evidence.KindAdmission, evidence.KindCheckIntent, evidence.KindCheck, evidence.KindEvidence, evidence.KindCancel, evidence.KindRelease, evidence.KindReceipt:
+	case evidence.KindFiring, evidence.KindAdmission, evidence.KindCheckIntent, evidence.KindCheck, evidence.KindEvidence, evidence.KindCancel, evidence.KindRelease, evidence.KindReceipt:
 		return kindDocument
 	case evidence.KindRunFile:
 		if strings.HasSuffix(p, ".json") {

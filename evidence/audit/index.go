@@ -15,7 +15,7 @@ import (
 func (a *auditor) checkIndex(runs map[string]*runAudit) {
 	byRun := map[string]*runAudit{}
 	for _, r := range runs {
-		if !r.admitted {
+		if !r.admitted && !r.fired {
 			continue
 		}
 		key := r.cluster + "/" + r.id
@@ -51,19 +51,19 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 		switch {
 		case string(f.data) != dir+"\n" || strings.ContainsAny(dir, "\n\r"):
 			fail("content is not one run directory and a newline")
-		case r == nil || !r.admitted:
-			fail(fmt.Sprintf("points at %s, which is not an admitted run directory", dir))
+		case r == nil || !r.admitted && !r.fired:
+			fail(fmt.Sprintf("points at %s, which is not an admitted or fired run directory", dir))
 		case r.cluster != cluster || r.id != run:
 			fail(fmt.Sprintf("points at %s, the directory of run %s of cluster %s", dir, r.id, r.cluster))
 		default:
 			pointed[dir] = true
-			if f.landed.index > r.admFile.landed.index {
-				fail("index entry landed after the run's admission")
+			if first := r.firstFile(); first != nil && f.landed.index > first.landed.index {
+				fail("index entry landed after the run's admission (or firing)")
 			}
 		}
 	}
 	for _, r := range runs {
-		if r.admitted && !pointed[r.dir] {
+		if (r.admitted || r.fired) && !pointed[r.dir] {
 			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: evidence.IndexPath(r.cluster, r.id), Message: fmt.Sprintf("no index entry points at %s", r.dir)})
 		}
 	}
@@ -103,4 +103,13 @@ func runDirOf(p string) string {
 		return rp.Dir()
 	}
 	return p
+}
+
+// firstFile is the run's first document: its firing record, or its
+// admission when it has none.
+func (r *runAudit) firstFile() *fileRec {
+	if r.firFile != nil {
+		return r.firFile
+	}
+	return r.admFile
 }

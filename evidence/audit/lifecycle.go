@@ -23,7 +23,10 @@ func (r *runAudit) checkAdmission() {
 	if !r.sameRun(rel, adm.Run, adm.Cluster) {
 		return
 	}
-	if want := evidence.RunDir(r.cluster, r.id, adm.AdmittedAt); want != r.dir {
+	if adm.Firing != nil || r.firFile != nil {
+		// A fired run's directory is dated by its firing (checkFiring).
+		r.checkFiringAdmission()
+	} else if want := evidence.RunDir(r.cluster, r.id, adm.AdmittedAt); want != r.dir {
 		r.add(RuleLayout, rel, fmt.Sprintf("admitted at %s, so the run belongs in %s", adm.AdmittedAt.UTC().Format(time.RFC3339), want))
 	}
 	if adm.Request.Kind != specs.KindRequest || adm.Request.Name != r.id {
@@ -83,9 +86,39 @@ func (r *runAudit) checkAdmission() {
 	}
 	r.subjectsMatch(rel, r.admFile, append(subjects, r.subjects...))
 	approvals := r.approvals(rel, adm.Approvals)
-	for _, o := range []evidence.ObjectRef{adm.Request, adm.Profile} {
+	approve := []evidence.ObjectRef{adm.Request, adm.Profile}
+	if r.firFile != nil {
+		// A fired run's request is derived from its firing, whose
+		// approvals of the standing certification stand for it; it must
+		// be exactly that derivation.
+		approve = approve[1:]
+		r.checkFiringRequest()
+	}
+	for _, o := range approve {
 		d := r.a.policy.Decide(o.Subject(), o.Digest, approvals, r.cluster, adm.AdmittedAt)
 		r.decided(rel, d)
+	}
+}
+
+// checkFiringRequest holds a fired run's admitted request to the one its
+// firing derives (evidence.FiringRequest: the run's name, the standing
+// certification's profile, the chosen nodes in order), rule
+// firing-admission; a firing that did not decode proves no request.
+func (r *runAudit) checkFiringRequest() {
+	const rel = evidence.AdmissionFile
+	if r.firing == nil {
+		r.add(RuleFiringAdmission, rel, "the run's firing record does not prove its request")
+		return
+	}
+	want := evidence.FiringRequest(r.firing)
+	c, err := specs.CanonicalRequest(&want)
+	if err != nil {
+		r.add(RuleFiringAdmission, rel, "the firing's request: "+err.Error())
+		return
+	}
+	if d := specs.DigestOf(c); r.adm.Request.Digest != d {
+		r.add(RuleFiringAdmission, rel, fmt.Sprintf("request %s is not the request the firing derives (%s: profile %s, nodes %s)",
+			r.adm.Request.Digest, d, want.Spec.Profile, strings.Join(want.Spec.Nodes, ", ")))
 	}
 }
 
@@ -348,6 +381,31 @@ func at[T any](s []T, i int) *T {
 	return nil
 }
 
+// actionSubject returns the approval subject and digest an action of the
+// run needs, and holds what the action says it acts on to the run: a
+// request's run is canceled or released by its request's actions
+// (CertificationRequest/<run>#<action>, the admitted digest); a fired
+// run is released by its standing certification's release of that firing
+// (StandingCertification/<name>#release:<run>, on the standing
+// certification's digest when the release was approved, which the action
+// records), and never canceled.
+func (r *runAudit) actionSubject(rel string, act *evidence.Action, action string) (string, specs.Digest) {
+	if r.firFile == nil {
+		if act.Request != r.adm.Request {
+			r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
+		}
+		return signing.SubjectName(specs.KindRequest, r.id, action), r.adm.Request.Digest
+	}
+	name := ""
+	if r.firing != nil {
+		name = r.firing.Standing.Name
+	}
+	if action != signing.ActionRelease || act.Request.Kind != specs.KindStanding || act.Request.Name != name {
+		r.add(RuleDigestBinding, rel, fmt.Sprintf("%s acts on %s, but a fired run is only released, by its standing certification %s", action, act.Request.Subject(), specs.SubjectName(specs.KindStanding, name, "")))
+	}
+	return signing.SubjectName(specs.KindStanding, name, specs.StandingReleaseAction(r.id)), act.Request.Digest
+}
+
 func (r *runAudit) checkAction(rel, predicate, action string) {
 	f := r.file(rel)
 	if f == nil {
@@ -362,13 +420,11 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		r.add(RulePredicate, rel, fmt.Sprintf("action %q in %s", act.Action, rel))
 	}
 	r.actions[rel] = &act
-	if act.Request != r.adm.Request {
-		r.add(RuleDigestBinding, rel, fmt.Sprintf("acts on %s %s, the run admitted %s", act.Request.Subject(), act.Request.Digest, r.adm.Request.Digest))
-	}
-	subject := signing.SubjectName(specs.KindRequest, r.id, action)
-	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, r.adm.Request.Digest)})
+	subject, digest := r.actionSubject(rel, &act, action)
+	r.subjectsMatch(rel, f, []signing.Subject{signing.SubjectFor(subject, digest)})
 	approvals := r.approvals(rel, act.Approvals)
-	r.decided(rel, r.a.policy.Decide(subject, r.adm.Request.Digest, approvals, r.cluster, act.At))
+	d := r.a.policy.Decide(subject, digest, approvals, r.cluster, act.At)
+	r.decided(rel, d)
 	switch action {
 	case signing.ActionCancel:
 		if rc := r.file(evidence.ReceiptFile); rc != nil && f.landed.index > rc.landed.index {
@@ -380,6 +436,7 @@ func (r *runAudit) checkAction(rel, predicate, action string) {
 		}
 		r.notBefore(rel, f, evidence.EvidenceFile, r.evFile)
 		r.report.Released = true
+		r.releaseApproved = d.Approved
 	}
 }
 
@@ -423,6 +480,7 @@ func (r *runAudit) checkReceipt() {
 		if !slices.Equal(pass, sortedCopy(rc.Released)) || !slices.Equal(other, sortedCopy(rc.Retained)) {
 			r.add(RuleVerdict, rel, fmt.Sprintf("released %v and retained %v, but the Pass nodes are %v", rc.Released, rc.Retained, pass))
 		}
+		r.checkCertifiedUntil(&rc, len(pass) > 0)
 	}
 	ec, ok := r.a.byHash[plumbing.NewHash(rc.EvidenceCommit)]
 	switch {
@@ -432,6 +490,21 @@ func (r *runAudit) checkReceipt() {
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is before the commit where evidence.json landed (%s)", shortHash(rc.EvidenceCommit), shortHash(r.evFile.commit.hash.String())))
 	case ec.index > r.rcFile.landed.index:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %s is after the receipt's own commit", shortHash(rc.EvidenceCommit)))
+	}
+}
+
+// checkCertifiedUntil holds the receipt's certifiedUntil to the run
+// evidence (rule verdict): a run that released no node as passing
+// certified none, so it records none; otherwise it is zero (labelling
+// off) or after the run evidence's endedAt, which it counts from.
+func (r *runAudit) checkCertifiedUntil(rc *evidence.Receipt, passed bool) {
+	cu := rc.CertifiedUntil
+	switch {
+	case cu.IsZero():
+	case !passed:
+		r.add(RuleVerdict, evidence.ReceiptFile, fmt.Sprintf("certifiedUntil %s, but no node passed: the run certified none", cu.UTC().Format(time.RFC3339)))
+	case !cu.After(r.ev.EndedAt):
+		r.add(RuleVerdict, evidence.ReceiptFile, fmt.Sprintf("certifiedUntil %s is not after the run evidence's endedAt %s", cu.UTC().Format(time.RFC3339Nano), r.ev.EndedAt.UTC().Format(time.RFC3339Nano)))
 	}
 }
 

@@ -35,7 +35,8 @@ const (
 	// or without it.
 	RuleLifecycleOrder = "lifecycle-order"
 	// RuleIncompleteRun: an admitted run has no receipt past its deadline
-	// plus Options.Grace.
+	// plus Options.Grace, or a fired run no admission past its firing time
+	// plus evidence.FiringAdmissionBound plus Options.Grace.
 	RuleIncompleteRun = "incomplete-run"
 	// RuleDigestBinding: a document binds another file (or spec object)
 	// by a digest that does not match it.
@@ -46,7 +47,8 @@ const (
 	// check intents are held to are not bound to the approved bundle.
 	RuleBundleDigest = "bundle-digest"
 	// RuleVerdict: a recorded verdict is not what the documents it sums
-	// up imply.
+	// up imply (a receipt's released and retained nodes, or its
+	// certifiedUntil: none without a passing node, else after endedAt).
 	RuleVerdict = "verdict"
 	// RuleRunSummary: the run evidence (evidence.json) is not exactly
 	// Summarize of the run's check documents and cancel: its run verdict,
@@ -75,6 +77,31 @@ const (
 	// commit that added it, compared in whole seconds: a document is
 	// written before it is committed.
 	RuleDocumentTime = "document-time"
+	// RuleFiringUnapproved: a standing certification's firing record is
+	// not backed by approvals of its standing certification's digest that
+	// meet the trust policy's threshold at its firing time (an expired or
+	// revoked approval, another digest).
+	RuleFiringUnapproved = "firing-unapproved"
+	// RuleFiringAdmission: the admission of a fired run does not name its
+	// firing record, or admits other nodes than the firing chose.
+	RuleFiringAdmission = "firing-admission"
+	// RuleFiringTip: a firing record did not land as a child of the tip
+	// it says it was decided from (the strict compare-and-swap).
+	RuleFiringTip = "firing-tip"
+	// RuleFiringSequence: a standing certification's firings are not
+	// numbered 1, 2, … without a gap, each landing after the one before.
+	RuleFiringSequence = "firing-sequence"
+	// RuleFiringTriggerUnproven: a firing chose a node for a due reason
+	// its standing certification does not fire on, a reason that does
+	// not name the run it refers to, or one the branch's history before
+	// the firing does not show (the named run is not the node's latest
+	// finished run of the profile, or does not make the node due).
+	RuleFiringTriggerUnproven = "firing-trigger-unproven"
+	// RuleBudgetExceeded: a firing takes more nodes than its standing
+	// certification's budget allows for its recorded pool, takes nodes
+	// its pool and in-use lists do not count, or leaves out of its in-use
+	// nodes a pool node signet held at its tip.
+	RuleBudgetExceeded = "budget-exceeded"
 	// RuleRevocationAnchor: a key's revokedAfterCommit names a commit that
 	// is not on the audited first-parent history; the key's signatures
 	// then count nowhere on the branch.
@@ -157,9 +184,11 @@ type RunReport struct {
 	Released   bool           `json:"released,omitempty"`
 	Profile    string         `json:"profile,omitempty"`
 	SpecCommit string         `json:"specCommit,omitempty"`
-	AdmittedAt time.Time      `json:"admittedAt,omitzero"`
-	Deadline   time.Time      `json:"runDeadline,omitzero"`
-	EndedAt    time.Time      `json:"endedAt,omitzero"`
+	// FiredAt is a standing certification's run's firing time.
+	FiredAt    time.Time `json:"firedAt,omitzero"`
+	AdmittedAt time.Time `json:"admittedAt,omitzero"`
+	Deadline   time.Time `json:"runDeadline,omitzero"`
+	EndedAt    time.Time `json:"endedAt,omitzero"`
 	// ReceiptSequence is the run's place in its cluster's receipt chain,
 	// 0 without a receipt.
 	ReceiptSequence int64         `json:"receiptSequence,omitempty"`

@@ -22,8 +22,13 @@ type runAudit struct {
 	files   map[string]*fileRec // by path relative to dir
 	bound   map[string]bool     // relative paths some document binds
 
-	adm      *evidence.Admission
-	admFile  *fileRec
+	adm     *evidence.Admission
+	admFile *fileRec
+	// firing and firFile: the run's firing record (a standing
+	// certification's run); fired: it verified and decoded.
+	firing   *evidence.Firing
+	firFile  *fileRec
+	fired    bool
 	subjects []signing.Subject
 	ev       *evidence.RunEvidence
 	evFile   *fileRec
@@ -56,6 +61,12 @@ type runAudit struct {
 	intents    []*evidence.CheckIntent
 	actions    map[string]*evidence.Action
 	approvedBy map[string][]string
+	// releaseApproved: the release document met the trust policy.
+	releaseApproved bool
+	// hist is what the run adds to the replay that proves firings
+	// (checkFiringHistory), kept by compact; nil for a run restored from
+	// a checkpoint, whose part the checkpoint's state holds.
+	hist *runHistory
 }
 
 func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec) *runAudit {
@@ -79,7 +90,7 @@ func (r *runAudit) compact() {
 		}
 		f.data = nil // in a run directory only node snapshots keep their data
 	}
-	r.adm, r.ev, r.checks, r.subjects, r.bound = nil, nil, nil, nil, nil
+	r.adm, r.ev, r.checks, r.subjects, r.bound, r.firing = nil, nil, nil, nil, nil, nil
 	r.snapshots, r.intents, r.actions, r.approvedBy = nil, nil, nil, nil
 }
 
@@ -255,6 +266,7 @@ func (r *runAudit) sameRun(rel, run, cluster string) bool {
 func (r *runAudit) check() {
 	r.report = RunReport{Cluster: r.cluster, Run: r.id, Dir: r.dir}
 	defer func() { r.report.Phase = evidence.PhaseOf(r.present...) }()
+	defer r.collectHistory()
 	at, _ := evidence.ParsePath(r.dir)
 	if !evidence.IsDNSLabel(r.cluster) {
 		r.add(RuleLayout, "", fmt.Sprintf("cluster %q is not a DNS label", r.cluster))
@@ -262,8 +274,14 @@ func (r *runAudit) check() {
 	if at.Shard != evidence.Shard(r.id) {
 		r.add(RuleLayout, "", fmt.Sprintf("shard %s, but run %s belongs in shard %s", at.Shard, r.id, evidence.Shard(r.id)))
 	}
+	r.checkFiring()
 	r.admFile = r.file(evidence.AdmissionFile)
 	var adm evidence.Admission
+	if r.admFile == nil && r.firFile != nil {
+		r.checkFiredOnly()
+		r.checkUnbound()
+		return
+	}
 	if r.admFile == nil {
 		r.add(RuleLifecycleOrder, "", "the run directory has no admission.json: every document of a run follows its admission")
 		return
@@ -286,7 +304,11 @@ func (r *runAudit) check() {
 		r.add(RuleIncompleteRun, "", fmt.Sprintf("admitted at %s with run deadline %s and no receipt at %s (grace %s)",
 			adm.AdmittedAt.UTC().Format(time.RFC3339), adm.RunDeadline.UTC().Format(time.RFC3339), r.a.opts.Now.UTC().Format(time.RFC3339), r.a.opts.Grace))
 	}
-	// Every file of the run directory is bound by some document.
+	r.checkUnbound()
+}
+
+// checkUnbound: every file of the run directory is bound by some document.
+func (r *runAudit) checkUnbound() {
 	var rels []string
 	for rel := range r.files {
 		rels = append(rels, rel)

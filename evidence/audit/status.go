@@ -48,9 +48,11 @@ type RunStatus struct {
 	Nodes           []NodeReport   `json:"nodes"`
 	Checks          []CheckReport  `json:"checks,omitempty"`
 	ReceiptSequence int64          `json:"receiptSequence,omitempty"`
-	AdmittedAt      time.Time      `json:"admittedAt,omitzero"`
-	Deadline        time.Time      `json:"runDeadline,omitzero"`
-	EndedAt         time.Time      `json:"endedAt,omitzero"`
+	// FiredAt is a standing certification's run's firing time.
+	FiredAt    time.Time `json:"firedAt,omitzero"`
+	AdmittedAt time.Time `json:"admittedAt,omitzero"`
+	Deadline   time.Time `json:"runDeadline,omitzero"`
+	EndedAt    time.Time `json:"endedAt,omitzero"`
 	// Problem says why a document could not be read, when one could not.
 	Problem string `json:"problem,omitempty"`
 }
@@ -166,12 +168,23 @@ func readRunStatus(rd BranchReader, root plumbing.Hash, cluster, run, dir string
 		}
 		return err == nil
 	}
+	var fr evidence.Firing
+	if read(evidence.FiringFile, evidence.PredicateFiring, &fr) {
+		// A standing certification's run: until its admission, the
+		// firing's chosen nodes are the run's.
+		present = append(present, evidence.KindFiring)
+		rs.FiredAt = fr.FiredAt
+		for _, c := range fr.Chosen {
+			rs.Nodes = append(rs.Nodes, NodeReport{Node: c.Node, UID: c.UID})
+		}
+	}
 	var adm evidence.Admission
 	if !read(evidence.AdmissionFile, evidence.PredicateAdmission, &adm) {
 		return rs
 	}
 	present = append(present, evidence.KindAdmission)
 	rs.Profile, rs.AdmittedAt, rs.Deadline = adm.Profile.Name, adm.AdmittedAt, adm.RunDeadline
+	rs.Nodes = rs.Nodes[:0]
 	for _, p := range adm.Participants {
 		rs.Nodes = append(rs.Nodes, NodeReport{Node: p.Node, UID: p.UID})
 	}

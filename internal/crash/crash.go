@@ -63,6 +63,13 @@ var Points = []string{
 	"after-receipt",
 }
 
+// StandingPoints are the crash points of a standing certification's
+// firing, which only a reconcile pass reaches (not `signet run`): its
+// tests arm them (reconciler TestStandingCrash).
+var StandingPoints = []string{
+	"after-firing",
+}
+
 // KubePoints are the crash points only the Kubernetes crash matrix arms; local runs pass them too.
 var KubePoints = []string{
 	"after-reservation",

@@ -166,13 +166,32 @@ type Fleet interface {
 	// run, expiry) when labelling is enabled; Uncertify removes those
 	// labels (a later non-Pass). Both are no-ops when the node's UID is not
 	// n.UID. A zero until leaves the expiry to the Fleet (its own TTL from
-	// the pass time); the reconciler always passes a zero until. SweepCertified removes labels whose node UID or bootID changed
+	// the pass time); the reconciler passes the run evidence's endedAt plus
+	// the certification TTL, which its receipt records. SweepCertified removes labels whose node UID or bootID changed
 	// since certification, that expired, whose expiry lies beyond the
 	// Fleet's TTL from now, or, when vouched is not nil, whose run, node
 	// and profile vouched does not confirm from the evidence branch.
 	Certify(ctx context.Context, n Node, profile, run string, until time.Time) error
 	Uncertify(ctx context.Context, n Node) error
 	SweepCertified(ctx context.Context, vouched Vouched) error
+}
+
+// Pooler is implemented by a Fleet that can serve standing
+// certifications: Pool lists the nodes of a pool, spec.nodes (those that
+// exist, in order) or the nodes matching spec.selector (by name), each
+// with its identity now and, when it could not be reserved for prof now,
+// why (not Ready, too small, a running GPU pod, reserved). The reconciler
+// decides firings from it (reconciler/standing.Decide).
+type Pooler interface {
+	Pool(ctx context.Context, prof *specs.CertificationProfile, nodes []string, selector map[string]string) ([]PoolMember, error)
+}
+
+// PoolMember is one node of a standing certification's pool.
+type PoolMember struct {
+	// Identity is the node as a snapshot records it (no cluster or run).
+	Identity evidence.NodeSnapshot
+	// Busy says why the node cannot be reserved now; empty when it can.
+	Busy string
 }
 
 // Vouched says whether the evidence branch backs a certification label:

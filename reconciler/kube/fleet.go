@@ -306,6 +306,51 @@ func usesGPU(p *corev1.Pod) bool {
 	return uses(p.Spec.InitContainers) || uses(p.Spec.Containers)
 }
 
+// ---- Pool ----
+
+// Pool implements backend.Pooler: the named nodes that exist, in order, or
+// every node matching selector, by name; each with its identity and, when
+// it is not eligible for prof now (too small, not Ready, reserved, a
+// running GPU pod), why.
+func (f *Fleet) Pool(ctx context.Context, prof *specs.CertificationProfile, nodes []string, selector map[string]string) ([]backend.PoolMember, error) {
+	var items []corev1.Node
+	if len(nodes) > 0 {
+		for _, name := range nodes {
+			n, err := f.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, apiError(name, "get", err)
+			}
+			items = append(items, *n)
+		}
+	} else {
+		sel := labels.SelectorFromSet(selector)
+		list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return nil, fmt.Errorf("list nodes matching %s: %w", sel, err)
+		}
+		items = list.Items
+		sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
+	}
+	floor := prof.Floor()
+	out := make([]backend.PoolMember, 0, len(items))
+	for i := range items {
+		m := backend.PoolMember{Identity: *snapshotOf(&items[i], "", "")}
+		if err := f.eligible(ctx, &items[i], floor); err != nil {
+			if !errors.Is(err, backend.ErrBusy) && !errors.Is(err, backend.ErrIneligible) {
+				return nil, err
+			}
+			m.Busy = err.Error()
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+var _ backend.Pooler = (*Fleet)(nil)
+
 // ---- Snapshot ----
 
 // Snapshot implements backend.Fleet. A missing node is an error wrapping
@@ -318,6 +363,11 @@ func (f *Fleet) Snapshot(ctx context.Context, cluster, run, node string) (*evide
 	if err != nil {
 		return nil, apiError(node, "get", err)
 	}
+	return snapshotOf(n, cluster, run), nil
+}
+
+// snapshotOf is node n's identity for run in cluster.
+func snapshotOf(n *corev1.Node, cluster, run string) *evidence.NodeSnapshot {
 	return &evidence.NodeSnapshot{
 		Cluster:     cluster,
 		Run:         run,
@@ -330,7 +380,7 @@ func (f *Fleet) Snapshot(ctx context.Context, cluster, run, node string) (*evide
 		GPUDriver:   gpuDriver(n.Labels),
 		Capacity:    quantities(n.Status.Capacity),
 		Allocatable: quantities(n.Status.Allocatable),
-	}, nil
+	}
 }
 
 func gpuDriver(l map[string]string) string {

@@ -187,7 +187,9 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 		var why string
 		switch p.Labels[MPIJobRoleLabel] {
 		case MPIRoleLauncher:
-			why = b.launcherChain(ctx, &p, types.UID(uid), jobs)
+			if why, err = b.launcherChain(ctx, &p, types.UID(uid), jobs); err != nil {
+				return ob, err
+			}
 		case MPIRoleWorker:
 			why = controlledBy(&p, "MPIJob", types.UID(uid))
 		default:
@@ -243,20 +245,27 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 // launcherChain says why the launcher pod p is not the MPIJob's (uid):
 // its controller must be a batch/v1 Job that exists with that UID and is
 // itself controlled by the MPIJob. checked caches the verdict per Job UID
-// for one poll. "" when the chain holds.
-func (b *MPIJobBackend) launcherChain(ctx context.Context, p *corev1.Pod, uid types.UID, checked map[types.UID]string) string {
+// for one poll. "" when the chain holds. A Job that does not exist breaks
+// the chain; one that could not be read (a canceled poll, an API error)
+// is an error, not a verdict: the poll is retried, and a cancel that
+// ended it is reported as the cancel it is.
+func (b *MPIJobBackend) launcherChain(ctx context.Context, p *corev1.Pod, uid types.UID, checked map[types.UID]string) (string, error) {
 	ref := metav1.GetControllerOf(p)
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
-		return controlledBy(p, "Job", "")
+		return controlledBy(p, "Job", ""), nil
 	}
 	if why, ok := checked[ref.UID]; ok {
-		return why
+		return why, nil
 	}
 	why := ""
 	job, err := b.client.BatchV1().Jobs(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("names Job %s as its controller, which does not exist", ref.Name)
 	case err != nil:
-		why = fmt.Sprintf("names Job %s as its controller, which cannot be read: %v", ref.Name, err)
+		// Not read is not forged: the poll fails and the next one (or
+		// the cancel or deadline that ended this one) decides.
+		return "", fmt.Errorf("reading Job %s, the controller of launcher pod %s: %w", ref.Name, p.Name, err)
 	case job.UID != ref.UID:
 		why = fmt.Sprintf("names Job %s uid %s as its controller; that Job has uid %s", ref.Name, ref.UID, job.UID)
 	default:
@@ -265,7 +274,7 @@ func (b *MPIJobBackend) launcherChain(ctx context.Context, p *corev1.Pod, uid ty
 		}
 	}
 	checked[ref.UID] = why
-	return why
+	return why, nil
 }
 
 // launcherState is what the launcher's check container shows now, read as

@@ -198,14 +198,24 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	ctx := t.Context()
 	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
-	env.InstallMPIJobCRD(ctx)
-	env.StartMPIOperator(t, kubetest.MPIOptions{
-		WrongNode: map[string]string{MPIJobName("wrong", 1): "gpu-3"},
-		Resync:    100 * time.Millisecond,
-	})
+	// kubetest.RealMPIOperatorEnv=1 runs the real operator instead of the
+	// stand-in (issue 18); it has no WrongNode fault.
+	real := kubetest.RealMPIOperatorRequested()
+	if real {
+		env.InstallRealMPIJobCRD(ctx)
+		env.StartMPIOperator(t, kubetest.MPIOptions{Real: true})
+	} else {
+		env.InstallMPIJobCRD(ctx)
+		env.StartMPIOperator(t, kubetest.MPIOptions{
+			WrongNode: map[string]string{MPIJobName("wrong", 1): "gpu-3"},
+			Resync:    100 * time.Millisecond,
+		})
+	}
+	workload := t.TempDir()
+	kubetest.AddSSHD(t, workload) // what the real operator runs in a command-less worker
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
 		mpiTestSignetImage:   imgDir,
-		mpiTestWorkloadImage: t.TempDir(),
+		mpiTestWorkloadImage: workload,
 	}})
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "signet"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -308,31 +318,37 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		assertCleanedUp(t, c)
 	})
 
-	t.Run("worker on a non-participant node", func(t *testing.T) {
-		reserve(t, "wrong")
-		c := mpiCheckRun("wrong", mpiPassScript("Pass", 0), 90*time.Second, participants()...)
-		rep, err := b.Run(ctx, c)
-		require.NoError(t, err)
-		require.Len(t, rep.Participants, 2)
-		for _, pr := range rep.Participants {
-			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
-			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
-			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
-			assert.Contains(t, out.Reason, "gpu-3", pr.Node)
-			assert.Nil(t, pr.Result)
-		}
-		// The participant left without a worker is identified by the
-		// worker that went astray, so the evidence says where it ran.
-		var astray int
-		for _, pr := range rep.Participants {
-			if pr.Identity.Node == "gpu-3" {
-				astray++
-				assert.Equal(t, string(nodes["gpu-3"].UID), pr.Identity.NodeUID)
+	// The stray worker is the stand-in's WrongNode fault, which the real
+	// operator has not: against it (SIGNET_TEST_REAL_MPI_OPERATOR) the case
+	// is not part of the run until a fault that works there replaces it
+	// (issue 18); with the stand-in, as in CI, it always runs.
+	if !real {
+		t.Run("worker on a non-participant node", func(t *testing.T) {
+			reserve(t, "wrong")
+			c := mpiCheckRun("wrong", mpiPassScript("Pass", 0), 90*time.Second, participants()...)
+			rep, err := b.Run(ctx, c)
+			require.NoError(t, err)
+			require.Len(t, rep.Participants, 2)
+			for _, pr := range rep.Participants {
+				out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+				t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
+				assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+				assert.Contains(t, out.Reason, "gpu-3", pr.Node)
+				assert.Nil(t, pr.Result)
 			}
-		}
-		assert.Equal(t, 1, astray)
-		assertCleanedUp(t, c)
-	})
+			// The participant left without a worker is identified by the
+			// worker that went astray, so the evidence says where it ran.
+			var astray int
+			for _, pr := range rep.Participants {
+				if pr.Identity.Node == "gpu-3" {
+					astray++
+					assert.Equal(t, string(nodes["gpu-3"].UID), pr.Identity.NodeUID)
+				}
+			}
+			assert.Equal(t, 1, astray)
+			assertCleanedUp(t, c)
+		})
+	}
 
 	// A launcher still running at the deadline is Error; one whose
 	// observation is canceled is Canceled. Both leave the job for Cleanup.

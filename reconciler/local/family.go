@@ -112,6 +112,22 @@ func (f Fleet) Select(_ context.Context, _ *specs.CertificationProfile, req *spe
 	return []string{f.Hostname}, nil
 }
 
+// Pool implements backend.Pooler: this machine, when nodes names it (by
+// its host name or as "localhost"); a local pool has no selector.
+func (f Fleet) Pool(ctx context.Context, _ *specs.CertificationProfile, nodes []string, selector map[string]string) ([]backend.PoolMember, error) {
+	if len(selector) > 0 || len(nodes) != 1 || (nodes[0] != "localhost" && nodes[0] != f.Hostname) {
+		return nil, fmt.Errorf("a local pool is this machine, named %q or \"localhost\" in spec.nodes; got nodes %q, selector %v", f.Hostname, nodes, selector)
+	}
+	snap, err := Snapshot(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	snap.Name = f.Hostname
+	return []backend.PoolMember{{Identity: *snap}}, nil
+}
+
+var _ backend.Pooler = Fleet{}
+
 // Snapshot returns this machine's identity for run.
 func (Fleet) Snapshot(ctx context.Context, cluster, run, _ string) (*evidence.NodeSnapshot, error) {
 	return Snapshot(ctx, cluster, run)

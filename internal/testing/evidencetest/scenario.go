@@ -209,6 +209,18 @@ func (s *scenario) step(op string, args []string) {
 		}
 		_, err := st.Append(ctx, "", files)
 		s.fail(err)
+	case "append-at":
+		// append-at PIN PATH...: AppendAt on the tip pinned as PIN.
+		st := s.open()
+		if st == nil {
+			return
+		}
+		var files []evidence.File
+		for _, p := range args[1:] {
+			files = append(files, evidence.File{Path: p, Data: []byte(p + "\n")})
+		}
+		_, err := st.AppendAt(ctx, "", s.pins[args[0]], files)
+		s.fail(err)
 	case "read":
 		if st := s.open(); st != nil {
 			_, err := st.Read(ctx, args[0])

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,48 @@ type Run struct {
 	// evidence, so the other checks never start (skipped), and the run
 	// evidence says canceled.
 	Canceled bool
+	// Fired: the run is a firing of the fixture's standing certification
+	// Standing (Name is specs.FiringRunID(Standing, seq)): its firing
+	// record lands first (evidence.Store.AppendFiring, with the index
+	// entry), and its admission names it. Until the admission of firings
+	// is built, that admission is a request's, of a request named Name.
+	Fired bool
+	// FiredOnly: the run stops after its firing record, never admitted.
+	FiredOnly bool
+	// Reason is the due reason the run's firing records for its node.
+	// When Kind is empty it is the reason the fixture's own history shows:
+	// joined when no earlier run of the fixture finished, otherwise
+	// identity naming the latest finished run (every run sees the node
+	// with a new UID), or schedule with SameUID. A Run or Detail left
+	// empty is filled in the same way.
+	Reason evidence.DueReason
+	// Ago dates the run this long before it is written: its firing,
+	// admission, checks, evidence and receipt state that time (commits
+	// are dated when they are made), so that a history of days is built
+	// at once.
+	Ago time.Duration
+	// TTL: the receipt's certifiedUntil is the run's end plus TTL when
+	// the node passed; zero records none.
+	TTL time.Duration
+	// SameUID: the node keeps the UID it had in the run before.
+	SameUID bool
+	// Open: the run stops after its checks, without run evidence or
+	// receipt: it still holds its node.
+	Open bool
+	// Released: an approved release (release.json) follows the receipt,
+	// releasing the nodes it retained.
+	Released bool
 }
+
+// Standing is the name of the standing certification of Fired runs: the
+// pool is node localhost (the profile is local), one node per run, budget
+// one node (DefaultStandingSpec).
+const Standing = "pool"
+
+// DefaultStandingSpec is the spec of the standing certification of
+// BuildRuns, after its profile (quick) and pool (localhost): due every
+// 24h (and so when joined) and on identity changes, budget one node.
+const DefaultStandingSpec = "  nodesPerRun: 1\n  every: 24h\n  triggers: [identity]\n  budget: {maxNodes: 1}\n"
 
 // Build writes a fixture under dir whose evidence branch holds runs
 // (request names) of a profile of two local checks ("first", "second")
@@ -41,6 +83,13 @@ func Build(ctx context.Context, dir string, runs ...string) (*Fixture, error) {
 
 // BuildRuns is Build with each run's course spelled out.
 func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
+	return BuildStanding(ctx, dir, DefaultStandingSpec, runs...)
+}
+
+// BuildStanding is BuildRuns with the standing certification's spec
+// (YAML lines of its spec after profile and nodes, as in
+// DefaultStandingSpec).
+func BuildStanding(ctx context.Context, dir, standingSpec string, runs ...Run) (*Fixture, error) {
 	f, err := NewFixture(dir)
 	if err != nil {
 		return nil, err
@@ -51,10 +100,14 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	for _, ck := range []string{"first", "second"} {
 		fmt.Fprintf(&yaml, "  - name: %s\n    script: ok.sh\n    backend: local\n    deadline: 20s\n", ck)
 	}
-	canceled := map[string]bool{}
+	if slices.ContainsFunc(runs, func(r Run) bool { return r.Fired || r.FiredOnly }) {
+		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n%s", Standing, standingSpec)
+	}
 	for _, r := range runs {
+		if r.FiredOnly {
+			continue
+		}
 		fmt.Fprintf(&yaml, "---\napiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: %s\nspec:\n  profile: quick\n  nodes: [localhost]\n", r.Name)
-		canceled[r.Name] = r.Canceled
 	}
 	w, err := newWriter(ctx, f.Repo, filepath.Join(dir, "state"), Cluster, "localhost", yaml.String(), f.Reconciler, f.Approver)
 	if err != nil {
@@ -62,11 +115,29 @@ func BuildRuns(ctx context.Context, dir string, runs ...Run) (*Fixture, error) {
 	}
 	defer w.store.Close()
 	f.Policy = w.policy
+	reqs := map[string]*specs.Object{}
 	for _, req := range w.requests {
-		if err := w.run(ctx, req, canceled[req.Name]); err != nil {
-			return nil, fmt.Errorf("run %s: %w", req.Name, err)
+		reqs[req.Name] = req
+	}
+	for _, r := range runs {
+		now := time.Now().UTC().Add(-r.Ago)
+		w.cur = fmt.Sprintf("uid-%d", w.seq)
+		if r.SameUID && w.lastUID != "" {
+			w.cur = w.lastUID
 		}
-		f.Runs = append(f.Runs, req.Name)
+		var firing *evidence.FileRef
+		if r.Fired || r.FiredOnly {
+			if firing, err = w.fire(ctx, r.Name, now, r.Reason); err != nil {
+				return nil, fmt.Errorf("run %s: %w", r.Name, err)
+			}
+		}
+		if !r.FiredOnly {
+			if err := w.runAt(ctx, reqs[r.Name], r, now, firing); err != nil {
+				return nil, fmt.Errorf("run %s: %w", r.Name, err)
+			}
+		}
+		w.lastUID = w.cur
+		f.Runs = append(f.Runs, r.Name)
 	}
 	y, err := f.Policy.MarshalYAML()
 	if err != nil {
@@ -152,6 +223,7 @@ type writer struct {
 	cluster, node string
 	prof          *specs.Object
 	requests      []*specs.Object
+	standing      *specs.Object
 	// approval approves every spec object.
 	approval []byte
 	// perRun: each run copies an approval of its own request and the
@@ -161,6 +233,11 @@ type writer struct {
 	seq    int64
 	prev   *evidence.FileRef
 	docs   int
+	// last is the latest run that finished (none yet when Run is
+	// empty); cur and lastUID the node's UID in the run being written
+	// (BuildStanding) and in the one before.
+	last         evidence.NodeRun
+	cur, lastUID string
 }
 
 // newWriter creates the bare repository remote, a trust policy of key
@@ -192,6 +269,8 @@ func newWriter(ctx context.Context, remote, stateDir, cluster, node, yaml string
 			w.prof = o
 		case specs.KindRequest:
 			w.requests = append(w.requests, o)
+		case specs.KindStanding:
+			w.standing = o
 		}
 	}
 	if w.approval, err = w.approve(subjects); err != nil {
@@ -237,10 +316,83 @@ func ref(f evidence.File) evidence.FileRef {
 // first check), the run evidence (Summarize of the checks), and the
 // receipt with its chain link.
 func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) error {
-	run, prof := req.Name, w.prof.Profile
-	now := time.Now().UTC()
+	return w.runAt(ctx, req, Run{Canceled: canceled}, time.Now().UTC(), nil)
+}
+
+// uid is the node's UID in the run the writer writes: cur, or a new one
+// after every receipt.
+func (w *writer) uid() string {
+	if w.cur != "" {
+		return w.cur
+	}
+	return fmt.Sprintf("uid-%d", w.seq)
+}
+
+// reason fills in the due reason of the writer's node from what the
+// writer wrote before (Run.Reason).
+func (w *writer) reason(r evidence.DueReason) evidence.DueReason {
+	if r.Kind == "" {
+		switch {
+		case w.last.Run == "":
+			r.Kind = evidence.DueJoined
+		case w.uid() != w.last.Identity.UID:
+			r.Kind = evidence.DueIdentity
+		default:
+			r.Kind = evidence.DueSchedule
+		}
+	}
+	if r.Run == "" && r.Kind != evidence.DueJoined {
+		r.Run = w.last.Run
+	}
+	if r.Detail == "" {
+		switch r.Kind {
+		case evidence.DueJoined:
+			r.Detail = "no run of the profile covers the node"
+		case evidence.DueIdentity:
+			r.Detail = fmt.Sprintf("identity changed since run %s: uid: %q → %q", r.Run, w.last.Identity.UID, w.uid())
+		default:
+			r.Detail = fmt.Sprintf("%s since run %s", r.Kind, r.Run)
+		}
+	}
+	return r
+}
+
+// fire writes firing record run of the standing certification (chosen:
+// the writer's node, for reason filled in by w.reason) at now, decided on
+// the store's tip, with the index entry and its approval copy, and returns
+// its reference.
+func (w *writer) fire(ctx context.Context, run string, now time.Time, reason evidence.DueReason) (*evidence.FileRef, error) {
+	seq, ok := specs.FiringSequence(w.standing.Name, run)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a firing of %s", run, w.standing.Name)
+	}
 	dir := evidence.RunDir(w.cluster, run, now)
-	uid := fmt.Sprintf("uid-%d", w.seq)
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, "standing.json"), Data: w.approval}
+	st := evidence.ObjectRef{Kind: w.standing.Kind, Name: w.standing.Name, Digest: w.standing.Digest}
+	fr := evidence.Firing{Cluster: w.cluster, Run: run, Standing: st, StandingObject: *w.standing.Standing, Sequence: seq, FiredAt: now, Tip: w.store.Tip(),
+		Approvals: []evidence.FileRef{ref(apF)},
+		Pool:      []evidence.PoolNode{{Node: w.node, UID: w.uid()}}, InUse: []string{},
+		Chosen: []evidence.ChosenNode{{Node: w.node, UID: w.uid(),
+			Reason: w.reason(reason)}},
+	}
+	frF, err := w.sign(path.Join(dir, evidence.FiringFile), evidence.PredicateFiring, []signing.Subject{signing.SubjectFor(w.standing.Ref(), w.standing.Digest)}, fr)
+	if err != nil {
+		return nil, err
+	}
+	w.docs++ // the approval copy
+	if _, err := w.store.AppendFiring(ctx, fr.Tip, w.cluster, run, now, frF.Data, []evidence.File{apF}); err != nil {
+		return nil, err
+	}
+	r := ref(frF)
+	return &r, nil
+}
+
+// runAt is run at now; firing, when set, is the run's firing record, which
+// the admission names (the index entry landed with it).
+func (w *writer) runAt(ctx context.Context, req *specs.Object, r Run, now time.Time, firing *evidence.FileRef) error {
+	run, prof, canceled := req.Name, w.prof.Profile, r.Canceled
+	dir := evidence.RunDir(w.cluster, run, now)
+	uid := w.uid()
 	snap, _ := json.MarshalIndent(evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid, BootID: "boot", Kernel: "6.1"}, "", "  ")
 	snapF := evidence.File{Path: evidence.NodePath(dir, w.node), Data: snap}
 	snapSubj := []signing.Subject{signing.SubjectFor(snapF.Path, specs.DigestOf(snap))}
@@ -262,13 +414,18 @@ func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) erro
 		Participants: []evidence.Participant{{Index: 0, Node: w.node, UID: uid, Snapshot: ref(snapF)}},
 		Approvals:    []evidence.FileRef{ref(apF)},
 		RunDeadline:  now.Add(prof.RunDeadline()),
+		Firing:       firing,
 	}
 	admF, err := w.sign(path.Join(dir, evidence.AdmissionFile), evidence.PredicateAdmission, append([]signing.Subject{signing.SubjectFor(req.Ref(), req.Digest)}, snapSubj...), adm)
 	if err != nil {
 		return err
 	}
 	w.docs++ // the approval copy
-	if _, err := w.store.Append(ctx, "admitted "+run, []evidence.File{snapF, apF, admF, evidence.IndexEntry(w.cluster, run, now)}); err != nil {
+	admFiles := []evidence.File{snapF, apF, admF}
+	if firing == nil {
+		admFiles = append(admFiles, evidence.IndexEntry(w.cluster, run, now))
+	}
+	if _, err := w.store.Append(ctx, "admitted "+run, admFiles); err != nil {
 		return err
 	}
 	var docs []*evidence.CheckDoc
@@ -286,6 +443,9 @@ func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) erro
 		if err := w.cancel(ctx, dir, reqRef, run, now); err != nil {
 			return err
 		}
+	}
+	if r.Open {
+		return nil
 	}
 	ev := evidence.Summarize(&adm, docs, canceled)
 	ev.Admission, ev.EndedAt = ref(admF), now
@@ -307,6 +467,9 @@ func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) erro
 			rc.Retained = append(rc.Retained, n.Node)
 		}
 	}
+	if len(rc.Released) > 0 && r.TTL > 0 {
+		rc.CertifiedUntil = now.Add(r.TTL)
+	}
 	rcF, err := w.sign(path.Join(dir, evidence.ReceiptFile), evidence.PredicateReceipt, []signing.Subject{signing.SubjectFor(evF.Path, rc.Evidence.Digest)}, rc)
 	if err != nil {
 		return err
@@ -317,6 +480,11 @@ func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) erro
 		return err
 	}
 	w.prev = &rcRef
+	w.last = evidence.NodeRun{Run: run, Profile: w.prof.Name, EndedAt: now, Verdict: ev.Verdict, CertifiedUntil: rc.CertifiedUntil,
+		Identity: evidence.NodeSnapshot{Cluster: w.cluster, Run: run, Name: w.node, UID: uid}}
+	if r.Released {
+		return w.action(ctx, dir, reqRef, run, signing.ActionRelease, rc.Retained, now)
+	}
 	return nil
 }
 
@@ -351,18 +519,28 @@ func (w *writer) check(ctx context.Context, dir, run, uid string, i int, name st
 
 // cancel writes an approved cancel of the run, with its approval copy.
 func (w *writer) cancel(ctx context.Context, dir string, req evidence.ObjectRef, run string, now time.Time) error {
-	subject := signing.SubjectName(specs.KindRequest, run, signing.ActionCancel)
+	return w.action(ctx, dir, req, run, signing.ActionCancel, []string{w.node}, now)
+}
+
+// action writes an approved cancel or release (action) of the run's
+// nodes, with its approval copy.
+func (w *writer) action(ctx context.Context, dir string, req evidence.ObjectRef, run, action string, nodes []string, now time.Time) error {
+	subject := signing.SubjectName(specs.KindRequest, run, action)
 	approval, err := w.approve([]signing.Subject{signing.SubjectFor(subject, req.Digest)})
 	if err != nil {
 		return err
 	}
-	apF := evidence.File{Path: evidence.ApprovalPath(dir, "cancel-approval.json"), Data: approval}
+	apF := evidence.File{Path: evidence.ApprovalPath(dir, action+"-approval.json"), Data: approval}
 	w.docs++
-	act := evidence.Action{Run: run, Action: signing.ActionCancel, Request: req, Approvals: []evidence.FileRef{ref(apF)}, Nodes: []string{w.node}, At: now}
-	f, err := w.sign(path.Join(dir, evidence.CancelFile), evidence.PredicateCancel, []signing.Subject{signing.SubjectFor(subject, req.Digest)}, act)
+	act := evidence.Action{Run: run, Action: action, Request: req, Approvals: []evidence.FileRef{ref(apF)}, Nodes: nodes, At: now}
+	file, pred := evidence.CancelFile, evidence.PredicateCancel
+	if action == signing.ActionRelease {
+		file, pred = evidence.ReleaseFile, evidence.PredicateRelease
+	}
+	f, err := w.sign(path.Join(dir, file), pred, []signing.Subject{signing.SubjectFor(subject, req.Digest)}, act)
 	if err != nil {
 		return err
 	}
-	_, err = w.store.Append(ctx, "cancel", []evidence.File{apF, f})
+	_, err = w.store.Append(ctx, action, []evidence.File{apF, f})
 	return err
 }

@@ -350,18 +350,7 @@ func TestMPIOperator(t *testing.T) {
 			assert.Equal(c, "True", got["Succeeded"], "conditions %v", conds)
 		}, 60*time.Second, 200*time.Millisecond)
 
-		pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=pi"})
-		require.NoError(t, err)
-		var launcher []corev1.Pod
-		workers := map[string]corev1.Pod{}
-		for _, p := range pods.Items {
-			switch p.Labels[MPIJobRoleLabel] {
-			case MPIRoleLauncher:
-				launcher = append(launcher, p)
-			case MPIRoleWorker:
-				workers[p.Name] = p
-			}
-		}
+		launcher, workers := mpiJobPods(t, env, "default", "pi")
 		require.Len(t, launcher, 1)
 		assert.True(t, strings.HasPrefix(launcher[0].Name, "pi-launcher-"), launcher[0].Name)
 		assert.Equal(t, corev1.PodSucceeded, launcher[0].Status.Phase)
@@ -393,4 +382,22 @@ func TestMPIOperator(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotEqual(t, "spare", other.Spec.NodeName, "the scheduler never picks the GPU-less node")
 	})
+}
+
+// mpiJobPods returns the launcher pods and the worker pods (by name) of
+// MPIJob job in ns.
+func mpiJobPods(t *testing.T, env *Env, ns, job string) (launcher []corev1.Pod, workers map[string]corev1.Pod) {
+	t.Helper()
+	pods, err := env.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + job})
+	require.NoError(t, err)
+	workers = map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		switch p.Labels[MPIJobRoleLabel] {
+		case MPIRoleLauncher:
+			launcher = append(launcher, p)
+		case MPIRoleWorker:
+			workers[p.Name] = p
+		}
+	}
+	return launcher, workers
 }

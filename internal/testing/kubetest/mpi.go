@@ -50,6 +50,11 @@ const (
 
 // MPIOptions configures StartMPIOperator.
 type MPIOptions struct {
+	// Real runs the MPI Operator's own controller (MPIOperatorVersion,
+	// in-process) instead of the stand-in; the MPIJob CRD must then be the
+	// operator's (InstallRealMPIJobCRD). WrongNode, Resync and Stalled are
+	// stand-in behaviours: setting any of them with Real fails the test.
+	Real bool
 	// WrongNode maps an MPIJob's name to a node name: that job's worker 0 is
 	// created with spec.nodeName set to the node, bypassing the scheduler
 	// (and so the job's affinity, taints and cordons), as a faulty operator
@@ -117,12 +122,24 @@ type MPIOperator struct {
 	dyn    dynamic.Interface
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	real   bool
 }
 
-// StartMPIOperator starts the stand-in; it stops in t.Cleanup. The MPIJob
-// CRD must be installed (InstallMPIJobCRD).
+// Real reports whether o is the MPI Operator's own controller rather than
+// the stand-in.
+func (o *MPIOperator) Real() bool { return o.real }
+
+// StartMPIOperator starts the stand-in, or with opts.Real the real
+// operator's controller; either stops in t.Cleanup. The MPIJob CRD must be
+// installed (InstallMPIJobCRD, or InstallRealMPIJobCRD for the real one).
 func (e *Env) StartMPIOperator(t testing.TB, opts MPIOptions) *MPIOperator {
 	t.Helper()
+	if opts.Real {
+		if opts.WrongNode != nil || opts.Resync != 0 || opts.Stalled != nil {
+			t.Fatalf("kubetest: MPIOptions WrongNode, Resync and Stalled are stand-in behaviours, not the real operator's")
+		}
+		return e.startRealMPIOperator(t)
+	}
 	if opts.Resync <= 0 {
 		opts.Resync = 250 * time.Millisecond
 	}

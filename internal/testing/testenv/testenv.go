@@ -289,6 +289,18 @@ func (r *Repo) AddRequestFor(name, profile string, nodes []string, extra ...stri
 	r.WriteFile("requests/"+name+".yaml", s)
 }
 
+// AddStanding writes a standing certification named name of profile, with
+// lines (e.g. "nodes: [localhost]", "every: 24h") as its spec after the
+// profile.
+func (r *Repo) AddStanding(name, profile string, lines ...string) {
+	r.t.Helper()
+	s := fmt.Sprintf("apiVersion: %s\nkind: StandingCertification\nmetadata:\n  name: %s\nspec:\n  profile: %s\n", specs.APIVersion, name, profile)
+	for _, l := range lines {
+		s += "  " + l + "\n"
+	}
+	r.WriteFile("standing/"+name+".yaml", s)
+}
+
 // Approve runs `signet sign` with keyFile over objects ("Kind/name"),
 // with action "" (the objects), "cancel" or "release", and commits it.
 func (r *Repo) Approve(keyFile, action string, objects ...string) string {

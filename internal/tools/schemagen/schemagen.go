@@ -39,10 +39,11 @@ type Kind struct {
 	About string
 }
 
-// Kinds are the four kinds, in reference order.
+// Kinds are the kinds signet reads, in reference order.
 var Kinds = []Kind{
 	{specs.KindProfile, reflect.TypeFor[specs.CertificationProfile](), "What a certification is: a digest-pinned bundle of scripts and the ordered checks that run them (docs/design.md §2)."},
 	{specs.KindRequest, reflect.TypeFor[specs.CertificationRequest](), "Which nodes to certify with which profile, once (docs/design.md §2)."},
+	{specs.KindStanding, reflect.TypeFor[specs.StandingCertification](), "A pool kept certified with one profile: approved once, it fires runs of due nodes within a disruption budget (docs/proposals/standing-certification.md; the reconciler does not act on it yet)."},
 	{signing.TrustPolicyKind, reflect.TypeFor[signing.TrustPolicyDocument](), "The keys signet trusts, who may approve, how many approvals each kind and action needs, and who signs evidence (docs/trust-policy.md)."},
 	{reconciler.KindConfig, reflect.TypeFor[reconciler.Config](), "The reconciler's configuration: where specs and evidence live, its key and trust policy, its listeners and backends (docs/deploy.md)."},
 }

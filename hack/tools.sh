@@ -4,6 +4,7 @@
 # CI machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/toolcache.sh
 mkdir -p bin
 # gdb and strace: the local backend's isolation tests attack one check from
 # another by ptrace (reconciler/local, cmd/signet isolation tests).
@@ -18,13 +19,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 COSIGN_VERSION=v2.6.5
 if [ ! -x bin/cosign ] || [ "$(cat bin/.cosign-version 2>/dev/null)" != "$COSIGN_VERSION" ]; then
-  echo "building cosign $COSIGN_VERSION into bin/ (once)" >&2
-  GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
+  if ! toolcache_get cosign "cosign-$COSIGN_VERSION" bin/cosign; then
+    echo "building cosign $COSIGN_VERSION into bin/ (once)" >&2
+    GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
+    toolcache_put cosign "cosign-$COSIGN_VERSION" bin/cosign
+  fi
   echo "$COSIGN_VERSION" > bin/.cosign-version
 fi
 KUBECONFORM_VERSION=v0.8.0
 if [ ! -x bin/kubeconform ] || [ "$(cat bin/.kubeconform-version 2>/dev/null)" != "$KUBECONFORM_VERSION" ]; then
-  echo "building kubeconform $KUBECONFORM_VERSION into bin/ (once)" >&2
-  GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  if ! toolcache_get kubeconform "kubeconform-$KUBECONFORM_VERSION" bin/kubeconform; then
+    echo "building kubeconform $KUBECONFORM_VERSION into bin/ (once)" >&2
+    GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+    toolcache_put kubeconform "kubeconform-$KUBECONFORM_VERSION" bin/kubeconform
+  fi
   echo "$KUBECONFORM_VERSION" > bin/.kubeconform-version
 fi

@@ -108,7 +108,10 @@ func (f *Fleet) updateIfOurs(ctx context.Context, want backend.Node, what string
 		if string(n.UID) != want.UID || !mutate(n) {
 			return nil
 		}
-		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		updated, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
+		if err == nil {
+			f.wrote(updated)
+		}
 		return err
 	})
 	if err != nil {

@@ -18,6 +18,10 @@ import (
 // FamilyName is the name the Kubernetes family registers under.
 const FamilyName = "kubernetes"
 
+// cacheWait bounds how long NewFamily waits for the Fleet's informers to
+// list nodes and pods once.
+const cacheWait = 30 * time.Second
+
 func init() { reconciler.RegisterFamily(FamilyName, NewFamily) }
 
 // RESTConfig is the client configuration of cfg.Kubernetes: its
@@ -47,7 +51,7 @@ func RESTConfig(cfg *reconciler.Config) (*rest.Config, error) {
 // and mpijob backends, all in the ceiling's namespace. Every request of
 // their clients is counted in signet_kube_requests_total, registered with
 // env.Registerer (when not nil).
-func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, error) {
+func NewFamily(ctx context.Context, env reconciler.FamilyEnv) (*backend.Family, error) {
 	cfg := env.Config
 	if !cfg.Backends.Pod.Enabled && !cfg.Backends.MPIJob.Enabled {
 		return nil, nil
@@ -66,7 +70,13 @@ func NewFamily(_ context.Context, env reconciler.FamilyEnv) (*backend.Family, er
 		fo.Certify = &CertifyOptions{TTL: ttl}
 	}
 	ns := cfg.Ceiling.Namespace
-	fam := &backend.Family{Name: FamilyName, Fleet: NewFleet(client, fo), Backends: map[specs.Backend]backend.Backend{}}
+	fleet := NewFleet(client, fo)
+	// Selection reads shared informers once they have listed (issue 19);
+	// until then, and if they never do, it reads the API server.
+	if !fleet.StartCache(ctx, cacheWait) {
+		fleet.log.WarnContext(ctx, "node and pod cache not ready; selecting from the API server until it is", "waited", cacheWait)
+	}
+	fam := &backend.Family{Name: FamilyName, Fleet: fleet, Backends: map[specs.Backend]backend.Backend{}}
 	if cfg.Backends.Pod.Enabled {
 		fam.Backends[specs.BackendPod] = NewPodBackend(client, PodOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: env.Logger})
 	}

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -79,6 +78,8 @@ type CertifyOptions struct {
 // labels and CertifiedIdentityAnnotation.
 type Fleet struct {
 	client   kubernetes.Interface
+	live     liveView
+	cached   *cachedView // nil until StartCache
 	cluster  string
 	evidence string
 	now      func() time.Time
@@ -90,7 +91,7 @@ var _ backend.Fleet = (*Fleet)(nil)
 
 // NewFleet returns a Fleet reaching the cluster through client.
 func NewFleet(client kubernetes.Interface, o FleetOptions) *Fleet {
-	f := &Fleet{client: client, cluster: o.Cluster, evidence: o.Evidence, now: o.Now, certify: o.Certify, log: o.Logger}
+	f := &Fleet{client: client, live: liveView{client}, cluster: o.Cluster, evidence: o.Evidence, now: o.Now, certify: o.Certify, log: o.Logger}
 	if f.now == nil {
 		f.now = time.Now
 	}
@@ -98,6 +99,38 @@ func NewFleet(client kubernetes.Interface, o FleetOptions) *Fleet {
 		f.log = slog.Default()
 	}
 	return f
+}
+
+// StartCache starts shared informers over the cluster's nodes and its
+// bound, unfinished pods, stopped when ctx is done; once they have listed,
+// Select and Pool read them instead of the API server (see cachedView). It
+// waits for that first list until ctx is done or wait has passed, and
+// reports whether the cache is ready; until it is, selection reads the
+// API server. Reserve always decides on what it reads from the API server.
+func (f *Fleet) StartCache(ctx context.Context, wait time.Duration) bool {
+	if f.cached == nil {
+		f.cached = startCachedView(ctx, f.client)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return f.cached.waitReady(wctx)
+}
+
+// wrote tells the cache, when there is one, of a node this Fleet has just
+// written (as the API server returned it).
+func (f *Fleet) wrote(n *corev1.Node) {
+	if f.cached != nil {
+		f.cached.wrote(n)
+	}
+}
+
+// selectView is the view selection reads: the cache once it is ready, the
+// API server before.
+func (f *Fleet) selectView() nodeView {
+	if f.cached != nil && f.cached.ready() {
+		return f.cached
+	}
+	return f.live
 }
 
 // NodeError says why one node cannot be selected, reserved or released. It
@@ -143,6 +176,7 @@ func apiError(node, what string, err error) *NodeError {
 // would make up the count once free, ErrIneligible otherwise.
 func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
 	floor := prof.Floor()
+	view := f.selectView()
 	if len(req.Spec.Nodes) > 0 {
 		seen := map[string]bool{}
 		var firstBusy error
@@ -151,14 +185,14 @@ func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, re
 				return nil, ineligible(name, "named twice in spec.nodes")
 			}
 			seen[name] = true
-			n, err := f.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			n, err := view.node(ctx, name)
 			if apierrors.IsNotFound(err) {
 				return nil, ineligible(name, "no such node")
 			}
 			if err != nil {
 				return nil, apiError(name, "get", err)
 			}
-			if err := f.eligible(ctx, n, floor); err != nil {
+			if err := f.eligible(ctx, view, n, floor); err != nil {
 				if !errors.Is(err, backend.ErrBusy) {
 					return nil, err
 				}
@@ -177,19 +211,17 @@ func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, re
 		return nil, fmt.Errorf("%w: request %s names no nodes and no selector with a count", backend.ErrIneligible, req.Metadata.Name)
 	}
 	sel := labels.SelectorFromSet(req.Spec.Selector)
-	list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	items, err := view.nodes(ctx, sel)
 	if err != nil {
-		return nil, fmt.Errorf("list nodes matching %s: %w", sel, err)
+		return nil, err
 	}
-	items := list.Items
-	sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
 	var chosen []string
 	var busyErrs, inelErrs []string
 	for i := range items {
 		if len(chosen) == req.Spec.Count {
 			break
 		}
-		err := f.eligible(ctx, &items[i], floor)
+		err := f.eligible(ctx, view, items[i], floor)
 		switch {
 		case err == nil:
 			chosen = append(chosen, items[i].Name)
@@ -218,8 +250,8 @@ func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, re
 
 // eligible returns nil when n can take part in a run of a profile with
 // floor, or a *NodeError wrapping ErrIneligible (too small) or ErrBusy
-// (not Ready, reserved, a running GPU pod).
-func (f *Fleet) eligible(ctx context.Context, n *corev1.Node, floor map[string]resource.Quantity) error {
+// (not Ready, reserved, a running GPU pod), reading n's pods from view.
+func (f *Fleet) eligible(ctx context.Context, view nodeView, n *corev1.Node, floor map[string]resource.Quantity) error {
 	names := make([]string, 0, len(floor))
 	for name := range floor {
 		names = append(names, name)
@@ -235,19 +267,20 @@ func (f *Fleet) eligible(ctx context.Context, n *corev1.Node, floor map[string]r
 			return ineligible(n.Name, "allocatable %s is %s, below the profile floor %s", name, have.String(), want.String())
 		}
 	}
-	return f.available(ctx, n)
+	return f.available(ctx, view, n)
 }
 
 // available returns nil when n is Ready, reserved by nobody and runs no
-// non-DaemonSet pod using GPUs; otherwise a *NodeError wrapping ErrBusy.
-func (f *Fleet) available(ctx context.Context, n *corev1.Node) error {
+// non-DaemonSet pod using GPUs (its pods read from view); otherwise a
+// *NodeError wrapping ErrBusy.
+func (f *Fleet) available(ctx context.Context, view nodeView, n *corev1.Node) error {
 	if !ready(n) {
 		return busy(n.Name, "not Ready")
 	}
 	if h := holder(n); h != "" {
 		return busy(n.Name, "%s", h)
 	}
-	return f.noGPUPods(ctx, n.Name)
+	return f.noGPUPods(ctx, view, n.Name)
 }
 
 func ready(n *corev1.Node) bool {
@@ -262,15 +295,12 @@ func ready(n *corev1.Node) bool {
 // noGPUPods returns a *NodeError wrapping ErrBusy naming the first pod
 // bound to node that is Pending or Running, requests nvidia.com/gpu and is
 // not owned by a DaemonSet (device plugins, exporters and the like).
-func (f *Fleet) noGPUPods(ctx context.Context, node string) error {
-	pods, err := f.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
-	})
+func (f *Fleet) noGPUPods(ctx context.Context, view nodeView, node string) error {
+	pods, err := view.podsOn(ctx, node)
 	if err != nil {
 		return apiError(node, "list pods", err)
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodPending && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
@@ -313,32 +343,30 @@ func usesGPU(p *corev1.Pod) bool {
 // it is not eligible for prof now (too small, not Ready, reserved, a
 // running GPU pod), why.
 func (f *Fleet) Pool(ctx context.Context, prof *specs.CertificationProfile, nodes []string, selector map[string]string) ([]backend.PoolMember, error) {
-	var items []corev1.Node
+	view := f.selectView()
+	var items []*corev1.Node
 	if len(nodes) > 0 {
 		for _, name := range nodes {
-			n, err := f.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			n, err := view.node(ctx, name)
 			if apierrors.IsNotFound(err) {
 				continue
 			}
 			if err != nil {
 				return nil, apiError(name, "get", err)
 			}
-			items = append(items, *n)
+			items = append(items, n)
 		}
 	} else {
-		sel := labels.SelectorFromSet(selector)
-		list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-		if err != nil {
-			return nil, fmt.Errorf("list nodes matching %s: %w", sel, err)
+		var err error
+		if items, err = view.nodes(ctx, labels.SelectorFromSet(selector)); err != nil {
+			return nil, err
 		}
-		items = list.Items
-		sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
 	}
 	floor := prof.Floor()
 	out := make([]backend.PoolMember, 0, len(items))
-	for i := range items {
-		m := backend.PoolMember{Identity: *snapshotOf(&items[i], "", "")}
-		if err := f.eligible(ctx, &items[i], floor); err != nil {
+	for _, n := range items {
+		m := backend.PoolMember{Identity: *snapshotOf(n, "", "")}
+		if err := f.eligible(ctx, view, n, floor); err != nil {
 			if !errors.Is(err, backend.ErrBusy) && !errors.Is(err, backend.ErrIneligible) {
 				return nil, err
 			}

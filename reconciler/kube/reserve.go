@@ -121,7 +121,10 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 		if r, _ := readReservation(n); f.ours(r, run) && r.UID == want.UID {
 			return nil // already reserved for run
 		}
-		if err := f.available(ctx, n); err != nil {
+		// Decided on the live node and its live pods, never on the cache
+		// selection may have read: a stale cache fails a reservation, it
+		// never reserves a busy node.
+		if err := f.available(ctx, f.live, n); err != nil {
 			return err
 		}
 		rec := reservation{
@@ -138,12 +141,14 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 		n.Annotations[ReservationAnnotation] = string(val)
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: ReservationTaintKey, Value: run, Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
-		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		updated, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				return err // retried by RetryOnConflict
 			}
 			return apiError(want.Name, "reserve", err)
 		}
+		f.wrote(updated)
 		did = true
 		return nil
 	})
@@ -241,12 +246,14 @@ func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) erro
 		if len(n.Annotations) == 0 {
 			n.Annotations = nil
 		}
-		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		updated, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				return err
 			}
 			return apiError(want.Name, "release", err)
 		}
+		f.wrote(updated)
 		return nil
 	})
 	if errors.Is(err, errNotReserved) {

@@ -175,7 +175,6 @@ func TestFinding21_5OperatorAdditions(t *testing.T) {
 		s.Hostname, s.Subdomain, s.RestartPolicy = name+"-launcher", name+"-worker", corev1.RestartPolicyNever
 	}
 	operatorWorker := func(s *corev1.PodSpec) {
-		s.Containers[0].Command = []string{"/usr/sbin/sshd", "-De"}
 		env(s, "K_MPI_JOB_ROLE", "worker")
 		ssh(s)
 		s.Hostname, s.Subdomain = name+"-worker-0", name+"-worker"
@@ -211,6 +210,10 @@ func TestFinding21_5OperatorAdditions(t *testing.T) {
 		}, "volumes"},
 		{"worker: another command", MPIRoleWorker, func(s *corev1.PodSpec) {
 			s.Containers[0].Command = []string{"/bin/sh", "-c", "echo forged"}
+		}, "command"},
+		{"worker: sshd with other arguments", MPIRoleWorker, func(s *corev1.PodSpec) {
+			operatorWorker(s)
+			s.Containers[0].Args = []string{"-f", "/tmp/sshd_config"}
 		}, "command"},
 		{"launcher: a postStart hook beside the check", MPIRoleLauncher, func(s *corev1.PodSpec) {
 			s.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{

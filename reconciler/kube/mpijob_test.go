@@ -73,6 +73,14 @@ func TestMPIJobRender(t *testing.T) {
 	assert.Equal(t, "r1", job.GetLabels()[RunLabel])
 	slots, _, _ := unstructured.NestedInt64(job.Object, "spec", "slotsPerWorker")
 	assert.EqualValues(t, 8, slots)
+	for _, replica := range []string{"Launcher", "Worker"} {
+		p, _, _ := unstructured.NestedString(job.Object, "spec", "mpiReplicaSpecs", replica, "restartPolicy")
+		assert.Equal(t, "Never", p, replica)
+		// The operator overwrites a template's restart policy with the
+		// replica's and warns (an Event) for every launcher template
+		// that sets one.
+		assert.Empty(t, mpiTemplate(t, job, replica).Spec.RestartPolicy, replica)
+	}
 	policy, _, _ := unstructured.NestedMap(job.Object, "spec", "runPolicy")
 	assert.Equal(t, map[string]any{"cleanPodPolicy": "None", "activeDeadlineSeconds": int64(60), "backoffLimit": int64(0)}, policy)
 
@@ -135,7 +143,8 @@ func TestMPIJobRender(t *testing.T) {
 		require.Len(t, w.Spec.Containers, 1)
 		ctr := w.Spec.Containers[0]
 		assert.Equal(t, mpiTestWorkloadImage, ctr.Image)
-		assert.Empty(t, ctr.Command, "the image's entrypoint runs")
+		assert.Equal(t, []string{"/usr/sbin/sshd", "-De"}, ctr.Command, "the command the MPI Operator would give it, rendered")
+		assert.Empty(t, ctr.Args)
 		assert.Equal(t, "8", ctr.Resources.Requests.Name(GPUResource, "").String())
 		assert.Equal(t, "8", ctr.Resources.Limits.Name(GPUResource, "").String())
 		assert.Equal(t, []corev1.Capability{"IPC_LOCK"}, ctr.SecurityContext.Capabilities.Add)

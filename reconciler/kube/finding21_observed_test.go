@@ -60,7 +60,7 @@ func TestFinding21_5ImageIDs(t *testing.T) {
 	})
 	t.Run("mpijob worker", func(t *testing.T) {
 		run := "wrongimg-mpi"
-		_, b, parts := mpiFindingEnv(t, run, nil, map[string]kubetest.Misbehaviour{MPIJobName(run, 1) + "-worker-1": kubetest.WrongImage})
+		_, _, b, parts := mpiFindingEnv(t, run, map[string]kubetest.Misbehaviour{MPIJobName(run, 1) + "-worker-1": kubetest.WrongImage})
 		c := mpiCheckRun(run, mpiPassScript("Pass", 0), time.Minute, parts...)
 		rep, err := b.Run(t.Context(), c)
 		require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestFinding21_5ImageIDs(t *testing.T) {
 		assertImagesRecorded(t, rep.Participants[i].Identity, 3)
 	})
 	t.Run("mpijob passes with the pinned images", func(t *testing.T) {
-		_, b, parts := mpiFindingEnv(t, "rightimg", nil, nil)
+		_, _, b, parts := mpiFindingEnv(t, "rightimg", nil)
 		c := mpiCheckRun("rightimg", mpiPassScript("Pass", 0), time.Minute, parts...)
 		rep, err := b.Run(t.Context(), c)
 		require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestFinding21_5ChangedWhileObserved(t *testing.T) {
 // operator's Job; the check must not pass. Before the fix the launcher and
 // workers were bound by owner chain only.
 func TestFinding21_5MPIPodsMatchTemplates(t *testing.T) {
-	env, b, parts := mpiFindingEnv(t, "tpl", nil, nil)
+	env, _, b, parts := mpiFindingEnv(t, "tpl", nil)
 	injectPatch(t, env, "signet", map[string]string{MPIJobRoleLabel: MPIRoleLauncher}, "/spec/containers/0/env/-",
 		map[string]any{"name": "LD_PRELOAD", "value": "/nonexistent.so"},
 		func(p *corev1.Pod) bool { return len(p.Spec.Containers[0].Env) == 2 })

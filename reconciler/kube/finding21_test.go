@@ -286,6 +286,7 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 		require.NoError(t, unstructured.SetNestedMap(job.Object, m, "spec", "mpiReplicaSpecs", "Launcher", "template"))
 		wtpl := mpiTemplate(t, job, "Worker")
 		wtpl.Spec.Containers[0].Image, wtpl.Spec.Volumes, wtpl.Spec.Containers[0].VolumeMounts = attackerImage, nil, nil
+		wtpl.Spec.Containers[0].Command = []string{"sleep", "3600"} // idle: the attacker's image has no sshd
 		m, err = runtimeToMap(&wtpl)
 		require.NoError(t, err)
 		require.NoError(t, unstructured.SetNestedMap(job.Object, m, "spec", "mpiReplicaSpecs", "Worker", "template"))

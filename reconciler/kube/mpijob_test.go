@@ -208,7 +208,8 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
 	env.InstallMPIJobCRD(ctx)
-	env.StartMPIOperator(t)
+	op := env.StartMPIOperator(t)
+	top := t
 	workload := t.TempDir()
 	kubetest.AddSSHD(t, workload) // the workers' command, MPIWorkerCommand
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
@@ -394,6 +395,40 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 			assertCleanedUp(t, c)
 		})
 	}
+
+	t.Run("fail", func(t *testing.T) {
+		reserve(t, "fail")
+		c := mpiCheckRun("fail", mpiPassScript("Fail", 1), 90*time.Second, participants()...)
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			assert.Equal(t, specs.VerdictFail, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.NotEmpty(t, pr.Identity.Workload, "the workers are identified")
+		}
+		assertCleanedUp(t, c)
+	})
+
+	// The operator is down for the whole check: nothing is made for the
+	// MPIJob, and the check ends Error at its deadline, never Pass. A new
+	// operator then serves the cases after this one.
+	t.Run("operator down", func(t *testing.T) {
+		reserve(t, "down")
+		op.Stop()
+		defer func() { op = env.StartMPIOperator(top) }()
+		c := mpiCheckRun("down", mpiPassScript("Pass", 0), 5*time.Second, participants()...)
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.True(t, pr.Termination.DeadlineExceeded, pr.Node)
+			assert.Nil(t, pr.Result)
+		}
+		assertCleanedUp(t, c)
+	})
 
 	t.Run("deleted behind signet's back", func(t *testing.T) {
 		reserve(t, "gone")

@@ -41,7 +41,6 @@ const (
 // Job) is run by the real scheduler, Job controller and garbage collector,
 // and by the Agent playing the kubelet.
 type MPIOperator struct {
-	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	stop    func()
 	stopped atomic.Bool
@@ -172,7 +171,7 @@ func (e *Env) StartMPIOperator(t testing.TB) *MPIOperator {
 	}
 	kf.Start(ctx.Done())
 	mf.Start(ctx.Done())
-	o := &MPIOperator{cancel: cancel}
+	o := &MPIOperator{}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()

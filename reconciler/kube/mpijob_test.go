@@ -306,6 +306,18 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		require.Len(t, pl.Items, 1)
 		assert.NotContains(t, []string{"gpu-1", "gpu-2"}, pl.Items[0].Spec.NodeName)
 
+		// The operator warned about nothing in signet's MPIJob (it records
+		// a Warning Event for a launcher template with a restart policy,
+		// and for a job it finds invalid).
+		evs, err := env.Client.CoreV1().Events("signet").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=MPIJob,involvedObject.name=" + MPIJobName("pass", 1),
+		})
+		require.NoError(t, err)
+		require.NotEmpty(t, evs.Items, "the operator records Events on the MPIJob")
+		for _, ev := range evs.Items {
+			assert.NotEqual(t, corev1.EventTypeWarning, ev.Type, "%s: %s", ev.Reason, ev.Message)
+		}
+
 		// A restarted reconciler adopts the finished job and sees the same.
 		again, found, err := b.Adopt(ctx, c)
 		require.NoError(t, err)

@@ -44,12 +44,12 @@ const (
 )
 
 // kubeWorld is one real control plane (etcd, kube-apiserver,
-// kube-scheduler, kube-controller-manager) shared by the Kubernetes
-// end-to-end tests. Only what cannot run here is simulated (see
-// internal/testing/kubetest): the kubelet's container runtime, played by the test
-// agent, which runs each pod's containers as local processes of this
-// machine, and the MPI Operator, played by its stand-in unless
-// realMPIOperator. Nodes are API
+// kube-scheduler, kube-controller-manager) and the MPI Operator's own
+// controller (kubetest.MPIOperatorVersion, in-process), shared by the
+// Kubernetes end-to-end tests. Only what cannot run here is simulated (see
+// internal/testing/kubetest): the kubelet and its container runtime,
+// played by the test agent, which runs each pod's containers as local
+// processes of this machine. Nodes are API
 // objects with GPU capacity; the scheduler, the garbage collector and the
 // API server's admission are real.
 type kubeWorld struct {
@@ -59,35 +59,21 @@ type kubeWorld struct {
 	misbehave  map[string]kubetest.Misbehaviour // pod name → fault
 }
 
-// wrongNode maps MPIJob names to the node the stand-in puts worker 0 on.
-var wrongNode = map[string]string{"signet-mpi-bad-00": "m-2"}
-
-// realMPIOperator is set by kubetest.RealMPIOperatorEnv=1: the world runs
-// the MPI Operator's own controller (kubetest.MPIOptions.Real) and its CRD
-// instead of the stand-in. The real operator has no WrongNode fault, so
-// the cases that rely on it do not hold there (issue 18, first slice: this
-// switch exists to compare the two, not yet to run in make test).
-var realMPIOperator = kubetest.RealMPIOperatorRequested()
-
 func startKubeWorld(t testing.TB) *kubeWorld {
 	t.Helper()
 	k := kubetest.Start(t)
 	w := &kubeWorld{kube: k, misbehave: map[string]kubetest.Misbehaviour{}}
 	ctx := t.Context()
-	if realMPIOperator {
-		k.InstallRealMPIJobCRD(ctx)
-	} else {
-		k.InstallMPIJobCRD(ctx)
-	}
+	k.InstallMPIJobCRD(ctx)
 	_, err := k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: checksNamespace}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	img := t.TempDir()
 	bin, err := os.ReadFile(testenv.Signet(t))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(img, "signet"), bin, 0o755))
-	// The CUDA image has the sshd an MPI image ships: the real operator
-	// runs /usr/sbin/sshd -De in a worker rendered without a command. Here
-	// it idles, as a worker's sshd does until the launcher connects.
+	// The CUDA image has the sshd an MPI image ships: MPIJob workers run
+	// /usr/sbin/sshd -De. Here it idles, as a worker's sshd does until the
+	// launcher connects.
 	cuda := t.TempDir()
 	kubetest.AddSSHD(t, cuda)
 	k.StartAgent(t, kubetest.AgentOptions{
@@ -98,11 +84,7 @@ func startKubeWorld(t testing.TB) *kubeWorld {
 			return w.misbehave[p.Name]
 		},
 	})
-	if realMPIOperator {
-		k.StartMPIOperator(t, kubetest.MPIOptions{Real: true})
-	} else {
-		k.StartMPIOperator(t, kubetest.MPIOptions{WrongNode: wrongNode})
-	}
+	k.StartMPIOperator(t)
 	w.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(w.kubeconfig, k.Kubeconfig(kubetest.AdminUser), 0o600))
 	return w
@@ -285,26 +267,28 @@ func TestKubernetes(t *testing.T) {
 	// node that is not a participant makes the check Error.
 	t.Run("MPIJobCoverage", func(t *testing.T) {
 		e := newEnv(t)
-		w.nodes(t, "m", 5) // m-2 is where the faulty operator puts a worker of mpi-bad
+		w.nodes(t, "m", 5)
 		w.kube.CreateNode(t.Context(), kubetest.NodeOptions{Name: "m-cpu"})
+		// Worker 0 of mpi-bad's MPIJob is bound to m-2, which takes no
+		// part, at its creation (a mutating webhook sets spec.nodeName
+		// past the scheduler), as a faulty operator or admission plugin
+		// could.
+		w.kube.PatchPodsAtAdmission(t, "mpi-bad-node", checksNamespace,
+			map[string]string{kubetest.MPIJobNameLabel: "signet-mpi-bad-00", kubetest.MPIReplicaIndexLabel: "0"},
+			"/spec/nodeName", "m-2", func(p *corev1.Pod) bool { return p.Spec.NodeName == "m-2" })
 		e.repo.AddProfileFor("nccl", 2, "", gpuCheck("nccl", "mpijob", "result Pass; exit 0", 60))
 		e.repo.AddRequestFor("mpi-ok", "nccl", []string{"m-0", "m-1"})
-		approve := []string{profileRef + "nccl", requestRef + "mpi-ok"}
-		if !realMPIOperator { // the stray worker is the stand-in's WrongNode fault
-			e.repo.AddRequestFor("mpi-bad", "nccl", []string{"m-3", "m-4"})
-			approve = append(approve, requestRef+"mpi-bad")
-		}
+		e.repo.AddRequestFor("mpi-bad", "nccl", []string{"m-3", "m-4"})
+		approve := []string{profileRef + "nccl", requestRef + "mpi-ok", requestRef + "mpi-bad"}
 		e.repo.Commit("specs")
 		e.repo.Approve(e.keys.ApproverFile, "", approve...)
 		r := e.build(e.kubeConfig(w))
 		sts := e.reconcileAndWait(r)
 		require.Len(t, sts, len(approve)-1)
 		assert.Equal(t, specs.VerdictPass, sts["mpi-ok"].Verdict)
-		if !realMPIOperator {
-			assert.Equal(t, specs.VerdictError, sts["mpi-bad"].Verdict)
-			bad := e.readRun("mpi-bad").checks["nccl"]
-			assert.Contains(t, bad.Reason+participantReasons(bad), "m-2", "the reason names the non-participant node")
-		}
+		assert.Equal(t, specs.VerdictError, sts["mpi-bad"].Verdict)
+		bad := e.readRun("mpi-bad").checks["nccl"]
+		assert.Contains(t, bad.Reason+participantReasons(bad), "m-2", "the reason names the non-participant node")
 		ok := e.readRun("mpi-ok").checks["nccl"]
 		for _, p := range ok.Participants {
 			assert.NotEmpty(t, p.Identity.Workload, "each participant is covered by a worker pod")

@@ -293,8 +293,10 @@ func TestFinding21_3CeilingEnforcedByAPIServer(t *testing.T) {
 
 	t.Run("signet's checks run through the policy", func(t *testing.T) {
 		img := signetImageDir(t)
-		env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{shippedSignetImage: img, shippedWorkloadImage: "/"}})
-		env.StartMPIOperator(t, kubetest.MPIOptions{Resync: 100 * time.Millisecond})
+		workload := t.TempDir()
+		kubetest.AddSSHD(t, workload) // the MPIJob workers' command
+		env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{shippedSignetImage: img, shippedWorkloadImage: workload}})
+		env.StartMPIOperator(t)
 
 		t.Run("pod", func(t *testing.T) {
 			b := NewPodBackend(sa, PodOptions{Namespace: shippedChecksNS, SignetImage: shippedSignetImage, PollInterval: 200 * time.Millisecond, CleanupTimeout: time.Minute})

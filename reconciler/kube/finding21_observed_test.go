@@ -60,7 +60,7 @@ func TestFinding21_5ImageIDs(t *testing.T) {
 	})
 	t.Run("mpijob worker", func(t *testing.T) {
 		run := "wrongimg-mpi"
-		_, b, parts := mpiFindingEnv(t, run, nil, map[string]kubetest.Misbehaviour{MPIJobName(run, 1) + "-worker-1": kubetest.WrongImage})
+		_, _, b, parts := mpiFindingEnv(t, run, map[string]kubetest.Misbehaviour{MPIJobName(run, 1) + "-worker-1": kubetest.WrongImage})
 		c := mpiCheckRun(run, mpiPassScript("Pass", 0), time.Minute, parts...)
 		rep, err := b.Run(t.Context(), c)
 		require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestFinding21_5ImageIDs(t *testing.T) {
 		assertImagesRecorded(t, rep.Participants[i].Identity, 3)
 	})
 	t.Run("mpijob passes with the pinned images", func(t *testing.T) {
-		_, b, parts := mpiFindingEnv(t, "rightimg", nil, nil)
+		_, _, b, parts := mpiFindingEnv(t, "rightimg", nil)
 		c := mpiCheckRun("rightimg", mpiPassScript("Pass", 0), time.Minute, parts...)
 		rep, err := b.Run(t.Context(), c)
 		require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestFinding21_5ChangedWhileObserved(t *testing.T) {
 // operator's Job; the check must not pass. Before the fix the launcher and
 // workers were bound by owner chain only.
 func TestFinding21_5MPIPodsMatchTemplates(t *testing.T) {
-	env, b, parts := mpiFindingEnv(t, "tpl", nil, nil)
+	env, _, b, parts := mpiFindingEnv(t, "tpl", nil)
 	injectPatch(t, env, "signet", map[string]string{MPIJobRoleLabel: MPIRoleLauncher}, "/spec/containers/0/env/-",
 		map[string]any{"name": "LD_PRELOAD", "value": "/nonexistent.so"},
 		func(p *corev1.Pod) bool { return len(p.Spec.Containers[0].Env) == 2 })
@@ -175,7 +175,6 @@ func TestFinding21_5OperatorAdditions(t *testing.T) {
 		s.Hostname, s.Subdomain, s.RestartPolicy = name+"-launcher", name+"-worker", corev1.RestartPolicyNever
 	}
 	operatorWorker := func(s *corev1.PodSpec) {
-		s.Containers[0].Command = []string{"/usr/sbin/sshd", "-De"}
 		env(s, "K_MPI_JOB_ROLE", "worker")
 		ssh(s)
 		s.Hostname, s.Subdomain = name+"-worker-0", name+"-worker"
@@ -211,6 +210,10 @@ func TestFinding21_5OperatorAdditions(t *testing.T) {
 		}, "volumes"},
 		{"worker: another command", MPIRoleWorker, func(s *corev1.PodSpec) {
 			s.Containers[0].Command = []string{"/bin/sh", "-c", "echo forged"}
+		}, "command"},
+		{"worker: sshd with other arguments", MPIRoleWorker, func(s *corev1.PodSpec) {
+			operatorWorker(s)
+			s.Containers[0].Args = []string{"-f", "/tmp/sshd_config"}
 		}, "command"},
 		{"launcher: a postStart hook beside the check", MPIRoleLauncher, func(s *corev1.PodSpec) {
 			s.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{

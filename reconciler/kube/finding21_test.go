@@ -27,9 +27,9 @@ import (
 )
 
 // Tests of issue 21 on the real control plane (kubetest: etcd,
-// kube-apiserver, kube-scheduler, kube-controller-manager; the kubelet's
-// container runtime is simulated by kubetest's Agent, and the MPI Operator
-// by kubetest's stand-in, which sets the real operator's ownerReferences).
+// kube-apiserver, kube-scheduler, kube-controller-manager and the MPI
+// Operator's own controller; only the kubelet and its container runtime are
+// simulated, by kubetest's Agent).
 // Each performs an attack as someone who may create pods (and MPIJobs) in
 // the checks namespace and asserts that no Pass is recorded.
 
@@ -76,18 +76,20 @@ func assertRefusedBy(t *testing.T, c *backend.CheckRun, rep *backend.CheckReport
 	}
 }
 
-// mpiFindingEnv is a control plane with the MPIJob CRD, the operator
-// stand-in and an agent that runs the signet, workload and attacker images;
-// gpu-1 and gpu-2 are reserved for run.
-func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool, misbehave map[string]kubetest.Misbehaviour) (*kubetest.Env, *MPIJobBackend, []evidence.Participant) {
+// mpiFindingEnv is a control plane with the MPIJob CRD, the MPI Operator
+// and an agent that runs the signet, workload (with its sshd) and attacker
+// images; gpu-1 and gpu-2 are reserved for run.
+func mpiFindingEnv(t *testing.T, run string, misbehave map[string]kubetest.Misbehaviour) (*kubetest.Env, *kubetest.MPIOperator, *MPIJobBackend, []evidence.Participant) {
 	t.Helper()
 	ctx := t.Context()
 	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
 	env.InstallMPIJobCRD(ctx)
-	env.StartMPIOperator(t, kubetest.MPIOptions{Resync: 100 * time.Millisecond, Stalled: stalled})
+	op := env.StartMPIOperator(t)
+	workload := t.TempDir()
+	kubetest.AddSSHD(t, workload)
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
-		mpiTestSignetImage: imgDir, mpiTestWorkloadImage: t.TempDir(), attackerImage: "/",
+		mpiTestSignetImage: imgDir, mpiTestWorkloadImage: workload, attackerImage: "/",
 	}, Misbehave: kubetest.MisbehaveByName(misbehave)})
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "signet"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -110,7 +112,7 @@ func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool, misbehave 
 	b := NewMPIJobBackend(env.Dynamic(), env.Client, MPIJobOptions{
 		Namespace: "signet", SignetImage: mpiTestSignetImage, PollInterval: 100 * time.Millisecond,
 	})
-	return env, b, parts
+	return env, op, b, parts
 }
 
 // TestFinding21_1MPIJobResultForgery: pods labelled as an MPIJob's launcher
@@ -120,9 +122,7 @@ func mpiFindingEnv(t *testing.T, run string, stalled map[string]bool, misbehave 
 // alone: each attack below was recorded as Pass for both nodes.
 func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	ctx := t.Context()
-	env, b, parts := mpiFindingEnv(t, "forged", map[string]bool{
-		MPIJobName("forged-b", 1): true, MPIJobName("forged-c", 1): true,
-	}, nil)
+	env, op, b, parts := mpiFindingEnv(t, "forged", nil)
 	pods := env.Client.CoreV1().Pods("signet")
 	worker := func(name string, i int, owner []metav1.OwnerReference) *corev1.Pod {
 		return &corev1.Pod{
@@ -189,10 +189,12 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	})
 
 	t.Run("workers claiming the job, launcher without its Job", func(t *testing.T) {
-		// The operator is behind; the workers are what it would make from
-		// the job's Worker template and name the MPIJob as their controller
-		// (owner references are the creator's to write); the launcher has
-		// no controller. Only the launcher chain tells it apart.
+		// The operator is down (stopped: it makes nothing for the job);
+		// the workers are what it would make from the job's Worker
+		// template and name the MPIJob as their controller (owner
+		// references are the creator's to write); the launcher has no
+		// controller. Only the launcher chain tells it apart.
+		op.Stop()
 		attack(t, "forged-b", "role launcher) has no controller", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
 			job, err := env.Dynamic().Resource(MPIJobGVR).Namespace("signet").Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
@@ -211,9 +213,10 @@ func TestFinding21_1MPIJobResultForgery(t *testing.T) {
 	})
 
 	t.Run("launcher Job claiming the job, unowned workers", func(t *testing.T) {
-		// The operator is behind; a batch/v1 Job names the MPIJob as its
-		// controller and the real Job controller makes the launcher pod;
-		// the workers have no controller.
+		// The operator is down (stopped); a batch/v1 Job names the MPIJob
+		// as its controller and the real Job controller makes the launcher
+		// pod; the workers have no controller.
+		op.Stop()
 		attack(t, "forged-c", "role worker) has no controller", nothing, func(name string, owner []metav1.OwnerReference, c *backend.CheckRun) {
 			for i := range parts {
 				_, err := pods.Create(ctx, worker(name, i, nil), metav1.CreateOptions{})
@@ -269,7 +272,7 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 
 	t.Run("mpijob backend: a job made before the intent", func(t *testing.T) {
 		ctx := t.Context()
-		env, b, parts := mpiFindingEnv(t, "early", nil, nil)
+		env, _, b, parts := mpiFindingEnv(t, "early", nil)
 		c := mpiCheckRun("early", mpiPassScript("Fail", 1), 2*time.Minute, parts...)
 		_, job, err := b.render(c)
 		require.NoError(t, err)
@@ -283,6 +286,7 @@ func TestFinding21_4AdoptImposter(t *testing.T) {
 		require.NoError(t, unstructured.SetNestedMap(job.Object, m, "spec", "mpiReplicaSpecs", "Launcher", "template"))
 		wtpl := mpiTemplate(t, job, "Worker")
 		wtpl.Spec.Containers[0].Image, wtpl.Spec.Volumes, wtpl.Spec.Containers[0].VolumeMounts = attackerImage, nil, nil
+		wtpl.Spec.Containers[0].Command = []string{"sleep", "3600"} // idle: the attacker's image has no sshd
 		m, err = runtimeToMap(&wtpl)
 		require.NoError(t, err)
 		require.NoError(t, unstructured.SetNestedMap(job.Object, m, "spec", "mpiReplicaSpecs", "Worker", "template"))

@@ -3,6 +3,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,11 @@ func (b *MPIJobBackend) render(c *backend.CheckRun) (*corev1.ConfigMap, *unstruc
 				"activeDeadlineSeconds": int64(c.Check.Deadline),
 				"backoffLimit":          int64(0),
 			},
+			// Each replica's restart policy is set here, where the
+			// operator reads it, and not in its pod template: the
+			// operator overwrites the template's with the replica's
+			// and records a Warning Event on the MPIJob for every
+			// launcher template that has one.
 			"mpiReplicaSpecs": map[string]any{
 				"Launcher": map[string]any{
 					"replicas":      int64(1),
@@ -117,7 +123,6 @@ func (b *MPIJobBackend) launcherTemplate(c *backend.CheckRun, name, cmName, key 
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: l},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr(int64(30)),
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),
@@ -139,8 +144,12 @@ func (b *MPIJobBackend) launcherTemplate(c *backend.CheckRun, name, cmName, key 
 // exactly the participant nodes, required anti-affinity among the job's
 // workers on hostname, the reservation and cordon tolerations, the check's
 // GPUs and the workload's image, security context, host network and
-// read-only host paths. It has no command: the image's entrypoint (sshd)
-// runs.
+// read-only host paths. Its command is MPIWorkerCommand, the sshd the
+// launcher's mpirun connects to: what the MPI Operator would give a worker
+// rendered without one (the image's entrypoint never runs), rendered here
+// so that Describe's digest, the checks admission policy and the
+// comparison with the created pods cover it. The restart policy is the
+// replica's (render).
 func (b *MPIJobBackend) workerTemplate(c *backend.CheckRun, name string, lbl map[string]string) corev1.PodTemplateSpec {
 	w := c.Check.Workload
 	l := mpiCopyLabels(lbl)
@@ -173,7 +182,6 @@ func (b *MPIJobBackend) workerTemplate(c *backend.CheckRun, name string, lbl map
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: l, Annotations: ann},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr(int64(30)),
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),
@@ -202,6 +210,7 @@ func (b *MPIJobBackend) workerTemplate(c *backend.CheckRun, name string, lbl map
 			Containers: []corev1.Container{{
 				Name:            mpiWorkerContainer,
 				Image:           w.Image,
+				Command:         slices.Clone(MPIWorkerCommand),
 				Env:             env,
 				Resources:       resources(w.Resources, c.Check.GPUCount),
 				SecurityContext: securityContext(w.SecurityContext),

@@ -73,6 +73,14 @@ func TestMPIJobRender(t *testing.T) {
 	assert.Equal(t, "r1", job.GetLabels()[RunLabel])
 	slots, _, _ := unstructured.NestedInt64(job.Object, "spec", "slotsPerWorker")
 	assert.EqualValues(t, 8, slots)
+	for _, replica := range []string{"Launcher", "Worker"} {
+		p, _, _ := unstructured.NestedString(job.Object, "spec", "mpiReplicaSpecs", replica, "restartPolicy")
+		assert.Equal(t, "Never", p, replica)
+		// The operator overwrites a template's restart policy with the
+		// replica's and warns (an Event) for every launcher template
+		// that sets one.
+		assert.Empty(t, mpiTemplate(t, job, replica).Spec.RestartPolicy, replica)
+	}
 	policy, _, _ := unstructured.NestedMap(job.Object, "spec", "runPolicy")
 	assert.Equal(t, map[string]any{"cleanPodPolicy": "None", "activeDeadlineSeconds": int64(60), "backoffLimit": int64(0)}, policy)
 
@@ -135,7 +143,8 @@ func TestMPIJobRender(t *testing.T) {
 		require.Len(t, w.Spec.Containers, 1)
 		ctr := w.Spec.Containers[0]
 		assert.Equal(t, mpiTestWorkloadImage, ctr.Image)
-		assert.Empty(t, ctr.Command, "the image's entrypoint runs")
+		assert.Equal(t, []string{"/usr/sbin/sshd", "-De"}, ctr.Command, "the command the MPI Operator would give it, rendered")
+		assert.Empty(t, ctr.Args)
 		assert.Equal(t, "8", ctr.Resources.Requests.Name(GPUResource, "").String())
 		assert.Equal(t, "8", ctr.Resources.Limits.Name(GPUResource, "").String())
 		assert.Equal(t, []corev1.Capability{"IPC_LOCK"}, ctr.SecurityContext.Capabilities.Add)
@@ -198,21 +207,11 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	ctx := t.Context()
 	imgDir := signetImageDir(t)
 	env := kubetest.Start(t)
-	// kubetest.RealMPIOperatorEnv=1 runs the real operator instead of the
-	// stand-in (issue 18); it has no WrongNode fault.
-	real := kubetest.RealMPIOperatorRequested()
-	if real {
-		env.InstallRealMPIJobCRD(ctx)
-		env.StartMPIOperator(t, kubetest.MPIOptions{Real: true})
-	} else {
-		env.InstallMPIJobCRD(ctx)
-		env.StartMPIOperator(t, kubetest.MPIOptions{
-			WrongNode: map[string]string{MPIJobName("wrong", 1): "gpu-3"},
-			Resync:    100 * time.Millisecond,
-		})
-	}
+	env.InstallMPIJobCRD(ctx)
+	op := env.StartMPIOperator(t)
+	top := t
 	workload := t.TempDir()
-	kubetest.AddSSHD(t, workload) // what the real operator runs in a command-less worker
+	kubetest.AddSSHD(t, workload) // the workers' command, MPIWorkerCommand
 	env.StartAgent(t, kubetest.AgentOptions{Images: map[string]string{
 		mpiTestSignetImage:   imgDir,
 		mpiTestWorkloadImage: workload,
@@ -307,6 +306,18 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		require.Len(t, pl.Items, 1)
 		assert.NotContains(t, []string{"gpu-1", "gpu-2"}, pl.Items[0].Spec.NodeName)
 
+		// The operator warned about nothing in signet's MPIJob (it records
+		// a Warning Event for a launcher template with a restart policy,
+		// and for a job it finds invalid).
+		evs, err := env.Client.CoreV1().Events("signet").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=MPIJob,involvedObject.name=" + MPIJobName("pass", 1),
+		})
+		require.NoError(t, err)
+		require.NotEmpty(t, evs.Items, "the operator records Events on the MPIJob")
+		for _, ev := range evs.Items {
+			assert.NotEqual(t, corev1.EventTypeWarning, ev.Type, "%s: %s", ev.Reason, ev.Message)
+		}
+
 		// A restarted reconciler adopts the finished job and sees the same.
 		again, found, err := b.Adopt(ctx, c)
 		require.NoError(t, err)
@@ -318,37 +329,39 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		assertCleanedUp(t, c)
 	})
 
-	// The stray worker is the stand-in's WrongNode fault, which the real
-	// operator has not: against it (SIGNET_TEST_REAL_MPI_OPERATOR) the case
-	// is not part of the run until a fault that works there replaces it
-	// (issue 18); with the stand-in, as in CI, it always runs.
-	if !real {
-		t.Run("worker on a non-participant node", func(t *testing.T) {
-			reserve(t, "wrong")
-			c := mpiCheckRun("wrong", mpiPassScript("Pass", 0), 90*time.Second, participants()...)
-			rep, err := b.Run(ctx, c)
-			require.NoError(t, err)
-			require.Len(t, rep.Participants, 2)
-			for _, pr := range rep.Participants {
-				out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
-				t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
-				assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
-				assert.Contains(t, out.Reason, "gpu-3", pr.Node)
-				assert.Nil(t, pr.Result)
+	// Worker 0 is bound to gpu-3, which takes no part, when it is created:
+	// a mutating webhook sets its spec.nodeName past the scheduler (and so
+	// past the workers' affinity, the reservation taint and the cordon), as
+	// a faulty operator or a hostile admission plugin could. The launcher
+	// still runs and reports Pass; the check must not.
+	t.Run("worker on a non-participant node", func(t *testing.T) {
+		reserve(t, "wrong")
+		env.PatchPodsAtAdmission(t, "wrong-node", "signet",
+			map[string]string{MPIJobNameLabel: MPIJobName("wrong", 1), kubetest.MPIReplicaIndexLabel: "0"},
+			"/spec/nodeName", "gpu-3", func(p *corev1.Pod) bool { return p.Spec.NodeName == "gpu-3" })
+		c := mpiCheckRun("wrong", mpiPassScript("Pass", 0), 90*time.Second, participants()...)
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.Contains(t, out.Reason, "gpu-3", pr.Node)
+			assert.Nil(t, pr.Result)
+		}
+		// The participant left without a worker is identified by the
+		// worker that went astray, so the evidence says where it ran.
+		var astray int
+		for _, pr := range rep.Participants {
+			if pr.Identity.Node == "gpu-3" {
+				astray++
+				assert.Equal(t, string(nodes["gpu-3"].UID), pr.Identity.NodeUID)
 			}
-			// The participant left without a worker is identified by the
-			// worker that went astray, so the evidence says where it ran.
-			var astray int
-			for _, pr := range rep.Participants {
-				if pr.Identity.Node == "gpu-3" {
-					astray++
-					assert.Equal(t, string(nodes["gpu-3"].UID), pr.Identity.NodeUID)
-				}
-			}
-			assert.Equal(t, 1, astray)
-			assertCleanedUp(t, c)
-		})
-	}
+		}
+		assert.Equal(t, 1, astray)
+		assertCleanedUp(t, c)
+	})
 
 	// A launcher still running at the deadline is Error; one whose
 	// observation is canceled is Canceled. Both leave the job for Cleanup.
@@ -394,6 +407,40 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 			assertCleanedUp(t, c)
 		})
 	}
+
+	t.Run("fail", func(t *testing.T) {
+		reserve(t, "fail")
+		c := mpiCheckRun("fail", mpiPassScript("Fail", 1), 90*time.Second, participants()...)
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			assert.Equal(t, specs.VerdictFail, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.NotEmpty(t, pr.Identity.Workload, "the workers are identified")
+		}
+		assertCleanedUp(t, c)
+	})
+
+	// The operator is down for the whole check: nothing is made for the
+	// MPIJob, and the check ends Error at its deadline, never Pass. A new
+	// operator then serves the cases after this one.
+	t.Run("operator down", func(t *testing.T) {
+		reserve(t, "down")
+		op.Stop()
+		defer func() { op = env.StartMPIOperator(top) }()
+		c := mpiCheckRun("down", mpiPassScript("Pass", 0), 5*time.Second, participants()...)
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.True(t, pr.Termination.DeadlineExceeded, pr.Node)
+			assert.Nil(t, pr.Result)
+		}
+		assertCleanedUp(t, c)
+	})
 
 	t.Run("deleted behind signet's back", func(t *testing.T) {
 		reserve(t, "gone")

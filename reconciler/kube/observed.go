@@ -67,8 +67,7 @@ func afterLastAt(ref string) string {
 // the pod templates signet renders, and nothing else is allowed: to the
 // first container of every launcher and worker, the environment variable
 // K_MPI_JOB_ROLE and the ssh-auth Secret volume (<job>-ssh) mounted at
-// /root/.ssh (signet sets no sshAuthMountPath); to a worker without a
-// command, the command /usr/sbin/sshd -De; to the launcher, the MPI
+// /root/.ssh (signet sets no sshAuthMountPath); to the launcher, the MPI
 // implementations' hostfile and slot variables, NVIDIA_VISIBLE_DEVICES and
 // NVIDIA_DRIVER_CAPABILITIES emptied, and the mpi-job-config ConfigMap
 // volume (<job>-config) mounted at /etc/mpi. Hostname, subdomain, restart
@@ -81,7 +80,11 @@ const (
 	mpiRSHArgs         = "-o ConnectionAttempts=10"
 )
 
-var mpiWorkerDefaultCommand = []string{"/usr/sbin/sshd", "-De"}
+// MPIWorkerCommand is every MPIJob worker's command: the workload image's
+// sshd in the foreground, logging to stderr. It is the command the MPI
+// Operator gives a worker rendered without command and args; signet renders
+// it, so the operator adds no command and none is allowed as its addition.
+var MPIWorkerCommand = []string{"/usr/sbin/sshd", "-De"}
 
 // mpiOperatorEnv is the environment the operator appends to a role's first
 // container, name to value.
@@ -131,9 +134,6 @@ func withoutOperatorAdditions(want, got *corev1.PodSpec, role, job string, slots
 			kept = append(kept, e)
 		}
 		c.Env = kept
-	}
-	if role == MPIRoleWorker && len(w.Command) == 0 && len(w.Args) == 0 && len(c.Args) == 0 && slices.Equal(c.Command, mpiWorkerDefaultCommand) {
-		c.Command = nil
 	}
 	opVolume := func(v corev1.Volume) bool {
 		switch v.Name {

@@ -66,10 +66,6 @@ const (
 	// it, and kills its processes: the pod simply vanishes, as when a node
 	// is lost and its pods are force-deleted.
 	LosePod
-	// WrongNode is not an Agent behaviour: MPIOptions.WrongNode makes the
-	// MPI Operator stand-in bind a worker to a node of the test's choosing.
-	// An Agent treats it as None.
-	WrongNode
 	// WrongImage runs the pod normally but reports, for each of its
 	// containers, an image ID whose digest is not the pinned one: the
 	// runtime ran other content than the reference names (a registry or
@@ -85,8 +81,6 @@ func (m Misbehaviour) String() string {
 		return "NeverTerminate"
 	case LosePod:
 		return "LosePod"
-	case WrongNode:
-		return "WrongNode"
 	case WrongImage:
 		return "WrongImage"
 	}

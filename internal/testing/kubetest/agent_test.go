@@ -20,9 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/yaml"
 
 	"signet.dev/signet/internal/procutil"
 )
@@ -271,116 +269,6 @@ func TestAgent(t *testing.T) {
 		zero := int64(0)
 		require.NoError(t, cs.CoreV1().Pods("default").Delete(ctx, "stuck", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 		waitGone(t, env, "stuck", 15*time.Second)
-	})
-}
-
-const mpiJobYAML = `
-apiVersion: kubeflow.org/v2beta1
-kind: MPIJob
-metadata:
-  name: NAME
-  namespace: default
-spec:
-  slotsPerWorker: 1
-  runPolicy:
-    cleanPodPolicy: None
-    backoffLimit: 0
-    activeDeadlineSeconds: 120
-  mpiImplementation: OpenMPI
-  launcherCreationPolicy: AtStartup
-  mpiReplicaSpecs:
-    Launcher:
-      replicas: 1
-      restartPolicy: Never
-      template:
-        spec:
-          containers:
-          - name: launcher
-            image: IMAGE
-            command: [sh, -c, 'cat "$1"', sh, /etc/mpi/hostfile]
-    Worker:
-      replicas: 2
-      restartPolicy: Never
-      template:
-        spec:
-          containers:
-          - name: worker
-            image: IMAGE
-            resources:
-              limits:
-                nvidia.com/gpu: 1
-`
-
-func createMPIJob(t *testing.T, env *Env, name string) *unstructured.Unstructured {
-	var obj map[string]any
-	src := strings.NewReplacer("NAME", name, "IMAGE", testImage).Replace(mpiJobYAML)
-	require.NoError(t, yaml.Unmarshal([]byte(src), &obj))
-	u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return u
-}
-
-// TestMPIOperator runs MPIJobs through the operator stand-in and the agent.
-func TestMPIOperator(t *testing.T) {
-	env := Start(t)
-	ctx := t.Context()
-	env.InstallMPIJobCRD(ctx)
-	for _, n := range []string{"gpu-1", "gpu-2"} {
-		env.CreateNode(ctx, NodeOptions{Name: n, GPUs: 1})
-	}
-	// A node without GPUs that nothing would schedule a worker on.
-	env.CreateNode(ctx, NodeOptions{Name: "spare"})
-	a := env.StartAgent(t, AgentOptions{Images: map[string]string{testImage: imageDir(t)}})
-	env.StartMPIOperator(t, MPIOptions{WrongNode: map[string]string{"stray": "spare"}})
-
-	job := createMPIJob(t, env, "pi")
-	createMPIJob(t, env, "stray")
-
-	t.Run("launcher and workers, Succeeded", func(t *testing.T) {
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Get(ctx, "pi", metav1.GetOptions{})
-			require.NoError(c, err)
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			got := map[string]any{}
-			for _, x := range conds {
-				m := x.(map[string]any)
-				got[m["type"].(string)] = m["status"]
-			}
-			assert.Equal(c, "True", got["Created"])
-			assert.Equal(c, "True", got["Succeeded"], "conditions %v", conds)
-		}, 60*time.Second, 200*time.Millisecond)
-
-		launcher, workers := mpiJobPods(t, env, "default", "pi")
-		require.Len(t, launcher, 1)
-		assert.True(t, strings.HasPrefix(launcher[0].Name, "pi-launcher-"), launcher[0].Name)
-		assert.Equal(t, corev1.PodSucceeded, launcher[0].Status.Phase)
-		assert.Equal(t, "pi-worker-0.pi.default.svc slots=1\npi-worker-1.pi.default.svc slots=1\n", a.Logs("default", launcher[0].Name, "launcher"))
-		require.Len(t, workers, 2)
-		nodes := map[string]bool{}
-		for i, name := range []string{"pi-worker-0", "pi-worker-1"} {
-			w, ok := workers[name]
-			require.True(t, ok, name)
-			assert.Equal(t, strconv.Itoa(i), w.Labels[MPIReplicaIndexLabel])
-			require.Len(t, w.OwnerReferences, 1)
-			ref := w.OwnerReferences[0]
-			assert.Equal(t, "MPIJob", ref.Kind)
-			assert.Equal(t, job.GetUID(), ref.UID)
-			assert.True(t, *ref.Controller)
-			assert.True(t, *ref.BlockOwnerDeletion)
-			assert.Equal(t, corev1.PodRunning, w.Status.Phase)
-			nodes[w.Spec.NodeName] = true
-		}
-		assert.Equal(t, map[string]bool{"gpu-1": true, "gpu-2": true}, nodes)
-	})
-
-	t.Run("WrongNode binds worker 0 to the named node", func(t *testing.T) {
-		w := waitPod(t, env, "stray-worker-0", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
-			assert.Equal(c, corev1.PodRunning, p.Status.Phase)
-		})
-		assert.Equal(t, "spare", w.Spec.NodeName)
-		other, err := env.Client.CoreV1().Pods("default").Get(ctx, "stray-worker-1", metav1.GetOptions{})
-		require.NoError(t, err)
-		assert.NotEqual(t, "spare", other.Spec.NodeName, "the scheduler never picks the GPU-less node")
 	})
 }
 

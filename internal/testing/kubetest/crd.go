@@ -3,7 +3,6 @@ package kubetest
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -22,11 +20,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
-
-// mpiJobCRD is testdata/mpijob-crd.yaml.
-//
-//go:embed testdata/mpijob-crd.yaml
-var mpiJobCRD []byte
 
 // MPIJobGVR is the resource of the MPI Operator's v2beta1 MPIJob.
 var MPIJobGVR = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v2beta1", Resource: "mpijobs"}
@@ -43,35 +36,15 @@ func (e *Env) Dynamic() dynamic.Interface {
 	return dc
 }
 
-// InstallMPIJobCRD creates the kubeflow.org/v2beta1 MPIJob
-// CustomResourceDefinition of testdata/mpijob-crd.yaml (namespaced, with a
-// status subresource and a structural schema of the MPI Operator's v2beta1
-// spec; pod templates are preserved unvalidated) and returns once the API
-// server reports it Established and serves mpijobs. It installs only the API:
-// no controller acts on MPIJobs unless StartMPIOperator runs one. An
-// already existing CRD of that name is left as it is.
-func (e *Env) InstallMPIJobCRD(ctx context.Context) {
-	e.t.Helper()
-	var obj map[string]any
-	if err := yaml.Unmarshal(mpiJobCRD, &obj); err != nil {
-		e.t.Fatalf("kubetest: testdata/mpijob-crd.yaml: %v", err)
-	}
-	dc := e.Dynamic()
-	crd := &unstructured.Unstructured{Object: obj}
-	if _, err := dc.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		e.t.Fatalf("kubetest: create CRD %s: %v", crd.GetName(), err)
-	}
-	e.waitMPIJobCRD(ctx, dc, crd.GetName())
-}
-
-// InstallRealMPIJobCRD applies, server-side (the CRD is 670 KB, over the
+// InstallMPIJobCRD applies, server-side (the CRD is 670 KB, over the
 // 256 KiB limit of client-side apply's annotation), the MPIJob
 // CustomResourceDefinition the MPI Operator ships,
 // manifests/base/kubeflow.org_mpijobs.yaml of the github.com/kubeflow/mpi-operator
 // module at the version go.mod requires (MPIOperatorVersion), read from the
 // module cache, and returns once it is Established and mpijobs are served.
-// It replaces the stand-in's CRD of the same name if that is installed.
-func (e *Env) InstallRealMPIJobCRD(ctx context.Context) {
+// It installs only the API: no controller acts on MPIJobs unless
+// StartMPIOperator runs one.
+func (e *Env) InstallMPIJobCRD(ctx context.Context) {
 	e.t.Helper()
 	path := filepath.Join(mpiOperatorModuleDir(e.t), "manifests", "base", "kubeflow.org_mpijobs.yaml")
 	data, err := os.ReadFile(path)

@@ -1,6 +1,7 @@
 package kubetest
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,10 +15,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// realMPIJobYAML is mpiJobYAML with a worker command: the real operator
-// turns a worker without command and args into /usr/sbin/sshd -De, which
-// the agent cannot run here. NOCMD drops it for the case that checks that.
-const realMPIJobYAML = `
+// mpiJobYAML is an OpenMPI MPIJob of two workers whose launcher prints
+// its hostfile and environment. WORKERCMD is the worker's command: the
+// operator turns a worker without command and args into /usr/sbin/sshd
+// -De, which testImage does not have.
+const mpiJobYAML = `
 apiVersion: kubeflow.org/v2beta1
 kind: MPIJob
 metadata:
@@ -55,9 +57,9 @@ spec:
                 nvidia.com/gpu: 1
 `
 
-// createRealMPIJob creates realMPIJobYAML named name; the launcher sleeps
+// createMPIJob creates mpiJobYAML named name; the launcher sleeps
 // for sleep seconds after printing, under activeDeadlineSeconds deadline.
-func createRealMPIJob(t *testing.T, env *Env, name string, workerCmd bool, sleep, deadline int) *unstructured.Unstructured {
+func createMPIJob(t *testing.T, env *Env, name string, workerCmd bool, sleep, deadline int) *unstructured.Unstructured {
 	t.Helper()
 	cmd := "command: [sleep, '3600']"
 	if !workerCmd {
@@ -65,27 +67,44 @@ func createRealMPIJob(t *testing.T, env *Env, name string, workerCmd bool, sleep
 	}
 	var obj map[string]any
 	src := strings.NewReplacer("NAME", name, "IMAGE", testImage, "WORKERCMD", cmd,
-		"SLEEP", strconv.Itoa(sleep), "DEADLINE", strconv.Itoa(deadline)).Replace(realMPIJobYAML)
+		"SLEEP", strconv.Itoa(sleep), "DEADLINE", strconv.Itoa(deadline)).Replace(mpiJobYAML)
 	require.NoError(t, yaml.Unmarshal([]byte(src), &obj))
 	u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return u
 }
 
-// TestRealMPIOperator runs an MPIJob through the MPI Operator's own
-// controller (MPIOptions.Real) and the agent playing the kubelet.
-func TestRealMPIOperator(t *testing.T) {
+// mpiConditions returns the status of each condition of MPIJob name in
+// default, by type.
+func mpiConditions(c require.TestingT, env *Env, name string) map[string]any {
+	u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(c, err)
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	got := map[string]any{}
+	for _, x := range conds {
+		m := x.(map[string]any)
+		got[m["type"].(string)] = m["status"]
+	}
+	return got
+}
+
+// TestMPIOperator runs MPIJobs through the MPI Operator's own controller
+// (StartMPIOperator) and the agent playing the kubelet, with the faults the
+// MPIJob tests inject: a worker bound at admission, the operator down.
+func TestMPIOperator(t *testing.T) {
 	env := Start(t)
 	ctx := t.Context()
-	env.InstallRealMPIJobCRD(ctx)
+	env.InstallMPIJobCRD(ctx)
 	for _, n := range []string{"gpu-1", "gpu-2"} {
 		env.CreateNode(ctx, NodeOptions{Name: n, GPUs: 1})
 	}
+	// A node without GPUs that the scheduler never picks for a worker.
+	env.CreateNode(ctx, NodeOptions{Name: "spare"})
 	a := env.StartAgent(t, AgentOptions{Images: map[string]string{testImage: imageDir(t)}})
-	op := env.StartMPIOperator(t, MPIOptions{Real: true})
-	require.True(t, op.Real())
+	op := env.StartMPIOperator(t)
+	top := t
 
-	job := createRealMPIJob(t, env, "pi", true, 0, 120)
+	job := createMPIJob(t, env, "pi", true, 0, 120)
 	controlled := func(t *testing.T, refs []metav1.OwnerReference) {
 		t.Helper()
 		require.Len(t, refs, 1)
@@ -173,17 +192,54 @@ func TestRealMPIOperator(t *testing.T) {
 
 	t.Run("a worker without command runs sshd -De", func(t *testing.T) {
 		require.NoError(t, env.Dynamic().Resource(MPIJobGVR).Namespace("default").Delete(ctx, "pi", metav1.DeleteOptions{}))
-		createRealMPIJob(t, env, "sshd", false, 0, 120)
+		createMPIJob(t, env, "sshd", false, 0, 120)
 		w := waitPod(t, env, "sshd-worker-0", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {})
 		assert.Equal(t, []string{"/usr/sbin/sshd", "-De"}, w.Spec.Containers[0].Command)
 		require.NoError(t, env.Dynamic().Resource(MPIJobGVR).Namespace("default").Delete(ctx, "sshd", metav1.DeleteOptions{}))
+	})
+
+	t.Run("a worker bound to a node at admission", func(t *testing.T) {
+		// GPUs for this job's workers and the next ones' (deleted jobs'
+		// workers free theirs only once the garbage collector has deleted
+		// them).
+		for _, n := range []string{"gpu-3", "gpu-4", "gpu-5", "gpu-6"} {
+			env.CreateNode(ctx, NodeOptions{Name: n, GPUs: 1})
+		}
+		sel := map[string]string{MPIJobNameLabel: "stray", MPIReplicaIndexLabel: "0"}
+		env.PatchPodsAtAdmission(t, "stray-node", "default", sel, "/spec/nodeName", "spare",
+			func(p *corev1.Pod) bool { return p.Spec.NodeName == "spare" })
+		createMPIJob(t, env, "stray", true, 0, 120)
+		w := waitPod(t, env, "stray-worker-0", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			assert.Equal(c, corev1.PodRunning, p.Status.Phase)
+		})
+		assert.Equal(t, "spare", w.Spec.NodeName)
+		other := waitPod(t, env, "stray-worker-1", 30*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			assert.NotEmpty(c, p.Spec.NodeName)
+		})
+		assert.NotEqual(t, "spare", other.Spec.NodeName, "the scheduler never picks the GPU-less node")
+		require.NoError(t, env.Dynamic().Resource(MPIJobGVR).Namespace("default").Delete(ctx, "stray", metav1.DeleteOptions{}))
+	})
+
+	t.Run("stopped, it acts on nothing; started again, it builds the job", func(t *testing.T) {
+		op.Stop()
+		op.Stop() // idempotent
+		createMPIJob(t, env, "later", true, 0, 120)
+		time.Sleep(2 * time.Second)
+		assert.Empty(t, mpiConditions(t, env, "later"), "a stopped operator set a condition")
+		launcher, workers := mpiJobPods(t, env, "default", "later")
+		assert.Empty(t, launcher)
+		assert.Empty(t, workers, "a stopped operator made workers")
+		op = env.StartMPIOperator(top) // for the cases after this one too
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, "True", mpiConditions(c, env, "later")["Succeeded"])
+		}, 90*time.Second, 200*time.Millisecond)
 	})
 
 	// The launcher Job's activeDeadlineSeconds is runPolicy's: the Job
 	// controller stops the launcher, the operator copies the Job's Failed
 	// reason, and with cleanPodPolicy None it deletes no worker.
 	t.Run("launcher past its deadline", func(t *testing.T) {
-		createRealMPIJob(t, env, "late", true, 600, 3)
+		createMPIJob(t, env, "late", true, 600, 3)
 		var failed map[string]any
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			u, err := env.Dynamic().Resource(MPIJobGVR).Namespace("default").Get(ctx, "late", metav1.GetOptions{})

@@ -33,9 +33,11 @@ func benchReportRuns(b *testing.B) int {
 // clone as an auditor would:
 //
 //   - full: the report of N+1 runs into an empty directory;
-//   - incremental: the report of N+1 runs into the directory holding the
-//     report of the first N (one new run since), which writes only the
-//     pages that run changed;
+//   - incremental: the report of N+1 runs by the report.Builder that
+//     wrote the report of the first N into the same directory (one new
+//     run since): it audits only the commits after the last report's tip
+//     and renders only the pages that run changed, the others linked
+//     after their digest is checked;
 //   - audit: audit.Branch of the same N+1 runs, which every report runs
 //     first (it takes the documents from it).
 //
@@ -76,16 +78,19 @@ func BenchmarkReport(b *testing.B) {
 		out := filepath.Join(dir, strconv.Itoa(i))
 		b.StopTimer()
 		at(before)
-		res, err := report.Build(ctx, opts(out))
+		var builder report.Builder
+		res, err := builder.Build(ctx, opts(out))
 		require.NoError(b, err)
 		require.Empty(b, res.Audit.Findings)
 		at(tip)
 		b.StartTimer()
 
 		t0 := time.Now()
-		res, err = report.Build(ctx, opts(out))
+		res, err = builder.Build(ctx, opts(out))
 		incr += time.Since(t0)
 		require.NoError(b, err)
+		require.True(b, res.Incremental, "the second report starts from the first")
+		b.Logf("incremental: %d of %d pages rendered", res.Rendered, res.Pages)
 		// The index, the new run's page, its node's, its profile's, the
 		// archive page listing it (and, when it opens a new archive page,
 		// the link to it on the one before).

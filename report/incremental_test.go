@@ -143,7 +143,7 @@ func TestBuilderStartsOverWhenStateDoesNotHold(t *testing.T) {
 			tc.change(t, c, &opts)
 			res, err := b.Build(t.Context(), opts)
 			require.NoError(t, err)
-			assert.False(t, res.Incremental)
+			assert.False(t, res.Incremental, "the kept state does not hold: a full report")
 			full := filepath.Join(t.TempDir(), "full")
 			opts.Out = full
 			_, err = report.Build(t.Context(), opts)

@@ -14,7 +14,8 @@ import (
 )
 
 // TestResume: an audit resumed from the in-memory state of a clean
-// audit reads only the runs after its tip and is clean; the state is
+// audit reads only the runs after its tip and is clean; an audit with a
+// finding keeps no state; the state is
 // refused (ErrCheckpoint, nothing audited) under another trust policy,
 // for another branch, and once the branch was rewritten under it.
 func TestResume(t *testing.T) {
@@ -47,6 +48,14 @@ func TestResume(t *testing.T) {
 	require.NotNil(t, next.From)
 	assert.Equal(t, before, next.From.Tip)
 	assert.Nil(t, next.Resume, "kept only when asked for")
+
+	_, err = c.Append(map[string][]byte{"stray.txt": []byte("not evidence\n")})
+	require.NoError(t, err)
+	dirty, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: f.Policy, Resume: first.Resume, KeepResume: true})
+	require.NoError(t, err)
+	require.False(t, dirty.Clean())
+	assert.Nil(t, dirty.Resume, "an audit with findings keeps no state to resume from")
+	at(tip)
 
 	other := checkpointPolicy(t, f, newKey(t), time.Time{}, "")
 	_, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: other, Resume: first.Resume})

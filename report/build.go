@@ -76,6 +76,8 @@ type Result struct {
 	// report, which renders every page.
 	Incremental bool
 	Rendered    int
+	// Took is how long each phase took (wall time).
+	Took Phases
 
 	// files is the generation's manifest.
 	files map[string]specs.Digest
@@ -110,6 +112,14 @@ func (opts *Options) withDefaults() error {
 		opts.Expiring = DefaultExpiring
 	}
 	return nil
+}
+
+// Phases are the wall times of a report's phases: the audit, joining
+// and rendering (the model and the pages rendered), and writing the
+// generation (a full report's second rendering included when the
+// incremental one could not keep a page).
+type Phases struct {
+	Audit, Render, Write time.Duration
 }
 
 // manifest is the content of ManifestFile.

@@ -119,18 +119,21 @@ func (b *Builder) full(ctx context.Context, opts Options) (*Result, error) {
 	col := &collector{runs: map[string]*audit.RunDocuments{}}
 	ao := opts.auditOptions(col, nil)
 	ao.KeepResume = !b.once
+	t0 := time.Now()
 	rep, err := audit.Branch(ctx, ao)
 	if err != nil {
 		return nil, err
 	}
-	return b.finish(opts, rep, col.runs, nil)
+	return b.finish(opts, rep, col.runs, nil, time.Since(t0))
 }
 
 // incremental audits the commits after last's tip and renders the pages
 // that changed; errFull when it cannot.
 func (b *Builder) incremental(ctx context.Context, opts Options, last *lastReport) (*Result, error) {
 	col := &collector{runs: map[string]*audit.RunDocuments{}}
+	t0 := time.Now()
 	rep, err := audit.Branch(ctx, opts.auditOptions(col, last.resume))
+	took := time.Since(t0)
 	if errors.Is(err, audit.ErrCheckpoint) {
 		return nil, errFull // rewritten, or another policy
 	} else if err != nil {
@@ -166,7 +169,7 @@ func (b *Builder) incremental(ctx context.Context, opts Options, last *lastRepor
 	})
 	docs := maps.Clone(last.docs)
 	maps.Copy(docs, col.runs)
-	return b.finish(opts, &joined, docs, &changed{last: last, read: read})
+	return b.finish(opts, &joined, docs, &changed{last: last, read: read}, took)
 }
 
 // changed is what an incremental report renders again: the runs its
@@ -179,7 +182,9 @@ type changed struct {
 // finish renders the report of rep and docs (only the pages ch makes
 // stale when ch is set) and writes it; it keeps the state for the next
 // report when rep is clean.
-func (b *Builder) finish(opts Options, rep *audit.Report, docs map[string]*audit.RunDocuments, ch *changed) (*Result, error) {
+func (b *Builder) finish(opts Options, rep *audit.Report, docs map[string]*audit.RunDocuments, ch *changed, audited time.Duration) (*Result, error) {
+	t0 := time.Now()
+	var rendered time.Duration
 	m := newModel(rep, docs, opts.Policy, opts.TTL, opts.Expiring)
 	nodes := m.nodes()
 	st := &lastReport{key: keyOf(&opts), resume: rep.Resume, rep: rep, docs: docs, nodes: map[string][]nodeKey{}, profiles: map[string]string{}}
@@ -202,6 +207,7 @@ func (b *Builder) finish(opts Options, rep *audit.Report, docs map[string]*audit
 		if pages, all, err = m.somePages(opts.PageSize, nodes, only); err != nil {
 			return nil, err
 		}
+		rendered = time.Since(t0)
 		res, err = write(opts.Out, pages, &kept{paths: all, files: ch.last.files})
 		if err == nil {
 			res.Incremental, res.Rendered = true, len(pages)
@@ -212,6 +218,9 @@ func (b *Builder) finish(opts Options, rep *audit.Report, docs map[string]*audit
 		if pages, err = m.pages(opts.PageSize); err != nil {
 			return nil, err
 		}
+		if ch == nil {
+			rendered = time.Since(t0)
+		}
 		res, err = write(opts.Out, pages, nil)
 		if err == nil {
 			res.Rendered = len(pages)
@@ -221,6 +230,7 @@ func (b *Builder) finish(opts Options, rep *audit.Report, docs map[string]*audit
 		return nil, err
 	}
 	res.Audit = rep
+	res.Took = Phases{Audit: audited, Render: rendered, Write: time.Since(t0) - rendered}
 	if rep.Clean() && rep.Resume != nil {
 		st.files = res.files
 		b.last = st

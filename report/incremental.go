@@ -152,6 +152,9 @@ func (b *Builder) incremental(ctx context.Context, opts Options, last *lastRepor
 	joined.Documents += last.rep.Documents
 	read := map[string]bool{}
 	for _, r := range rep.Runs {
+		if col.runs[r.Dir] == nil {
+			return nil, errFull // never a kept document for a run read again
+		}
 		read[r.Dir] = true
 	}
 	joined.Runs = make([]audit.RunReport, 0, len(last.rep.Runs)+len(rep.Runs))

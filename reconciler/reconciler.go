@@ -14,6 +14,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/reconciler/backend"
+	"signet.dev/signet/report"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -59,6 +60,9 @@ type Reconciler struct {
 	// reportReq holds at most one pending look at the evidence tip by
 	// the report goroutine (startReports).
 	reportReq chan struct{}
+	// reports writes the report of report.dir, each after the first
+	// from the last one's state, kept in memory (report.Builder).
+	reports report.Builder
 	// evidenceAuth is the evidence remote's credentials, for the report.
 	evidenceAuth evidence.Auth
 }

@@ -14,8 +14,10 @@ import (
 // startReports keeps the report of config field report.dir, when set:
 // after each pass (askReport) that finds the evidence branch's tip moved
 // since the last report written, it rebuilds the report there with
-// report.Build, the code of `signet report`, and the trust policy read
-// anew. One build at a time, on its own goroutine, so a long audit never
+// the code of `signet report` (a report.Builder kept for the daemon's
+// life, so each report after the first audits only the commits since
+// the last one and renders only the pages they change), and the trust
+// policy read anew. One build at a time, on its own goroutine, so a long audit never
 // holds up admissions; requests during a build coalesce into one more.
 // A failed build is logged and retried after the next pass.
 func (r *Reconciler) startReports(ctx context.Context) {
@@ -58,18 +60,19 @@ func (r *Reconciler) askReport() {
 }
 
 // writeReport audits the evidence branch and writes its report to
-// report.dir as a new generation, switched in whole (report.Build).
+// report.dir as a new generation, switched in whole (report.Builder:
+// from the last report when it can, else in full).
 func (r *Reconciler) writeReport(ctx context.Context) error {
 	policy, err := r.loadPolicy()
 	if err != nil {
 		return err
 	}
-	res, err := report.Build(ctx, report.Options{Repo: absURL(r.cfg.Evidence.URL), Auth: r.evidenceAuth, Branch: r.cfg.Evidence.Branch,
+	res, err := r.reports.Build(ctx, report.Options{Repo: absURL(r.cfg.Evidence.URL), Auth: r.evidenceAuth, Branch: r.cfg.Evidence.Branch,
 		Policy: policy, Out: r.cfg.Report.Dir})
 	if err != nil {
 		return err
 	}
-	r.log.Info("report written", "dir", r.cfg.Report.Dir, "files", res.Pages, "written", res.Written, "removed", res.Removed, "findings", len(res.Audit.Findings))
+	r.log.Info("report written", "dir", r.cfg.Report.Dir, "files", res.Pages, "written", res.Written, "incremental", res.Incremental, "rendered", res.Rendered, "removed", res.Removed, "findings", len(res.Audit.Findings))
 	return nil
 }
 

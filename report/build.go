@@ -67,8 +67,20 @@ type Result struct {
 	Pages, Written, Removed int
 	// Changed are the paths written or removed, sorted.
 	Changed []string
-	// Audit is the audit the report shows.
+	// Audit is the audit the report shows (for an incremental report,
+	// the audit since the previous one joined with it: Commits,
+	// Documents and Runs are the whole branch's).
 	Audit *audit.Report
+	// Incremental: the report started from the previous one's state
+	// (Builder) and rendered Rendered of its Pages; false for a full
+	// report, which renders every page.
+	Incremental bool
+	Rendered    int
+	// Took is how long each phase took (wall time).
+	Took Phases
+
+	// files is the generation's manifest.
+	files map[string]specs.Digest
 }
 
 // Build audits the branch and writes its report to opts.Out as a new
@@ -76,13 +88,19 @@ type Result struct {
 // generation's are linked to them, the others written, and the new one
 // switched in whole. An error
 // means the branch could not be read or the directory written; findings
-// are part of the report, not errors.
+// are part of the report, not errors. It is a Builder's first (full)
+// report: it audits the whole branch and renders every page.
 func Build(ctx context.Context, opts Options) (*Result, error) {
+	return (&Builder{once: true}).Build(ctx, opts)
+}
+
+// withDefaults checks opts and fills in the defaults.
+func (opts *Options) withDefaults() error {
 	if opts.Policy == nil {
-		return nil, errors.New("report: Options.Policy is required")
+		return errors.New("report: Options.Policy is required")
 	}
 	if opts.Out == "" {
-		return nil, errors.New("report: Options.Out is required")
+		return errors.New("report: Options.Out is required")
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = DefaultPageSize
@@ -93,23 +111,15 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Expiring == 0 {
 		opts.Expiring = DefaultExpiring
 	}
-	col := &collector{runs: map[string]*audit.RunDocuments{}}
-	rep, err := audit.Branch(ctx, audit.Options{Repo: opts.Repo, Auth: opts.Auth, Branch: opts.Branch, Policy: opts.Policy,
-		Now: opts.Now, Grace: opts.Grace, Workers: opts.Workers, Observe: col.observe})
-	if err != nil {
-		return nil, err
-	}
-	m := newModel(rep, col.runs, opts.Policy, opts.TTL, opts.Expiring)
-	pages, err := m.pages(opts.PageSize)
-	if err != nil {
-		return nil, err
-	}
-	res, err := write(opts.Out, pages)
-	if err != nil {
-		return nil, err
-	}
-	res.Audit = rep
-	return res, nil
+	return nil
+}
+
+// Phases are the wall times of a report's phases: the audit, joining
+// and rendering (the model and the pages rendered), and writing the
+// generation (a full report's second rendering included when the
+// incremental one could not keep a page).
+type Phases struct {
+	Audit, Render, Write time.Duration
 }
 
 // manifest is the content of ManifestFile.
@@ -117,12 +127,29 @@ type manifest struct {
 	Files map[string]specs.Digest `json:"files"`
 }
 
+// kept are the pages of an incremental report that were not rendered
+// again (paths: every page of the report; those not rendered are kept):
+// they are linked from the current generation, each only when its bytes
+// there have the digest files (the manifest of the builder's last
+// report, as it computed it) gives it.
+type kept struct {
+	paths []string
+	files map[string]specs.Digest
+}
+
+// errKeptChanged: a page to keep is not what the builder wrote (another
+// writer switched a generation in, or its bytes changed, or it is
+// missing): nothing is kept, the caller renders every page.
+var errKeptChanged = errors.New("report: the previous generation is not the one this builder wrote")
+
 // write makes pages the new generation of the report under dir: files
 // whose bytes equal the current generation's are hard links to them,
-// the others are written; then the generation is renamed in, current
+// the others are written, and each page keep names is linked from the
+// generation it names after its digest is checked (errKeptChanged
+// otherwise); then the generation is renamed in, current
 // and the entry are switched (each a rename), and generations older
 // than the one replaced are removed.
-func write(dir string, pages map[string][]byte) (*Result, error) {
+func write(dir string, pages map[string][]byte, keep *kept) (*Result, error) {
 	if err := os.MkdirAll(filepath.Join(dir, GenerationsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -145,6 +172,9 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 	}
+	if keep != nil && prev == "" {
+		return nil, fmt.Errorf("%w: there is none", errKeptChanged)
+	}
 	next := manifest{Files: map[string]specs.Digest{}}
 	names := make([]string, 0, len(pages))
 	for p, b := range pages {
@@ -152,6 +182,20 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 		next.Files[p] = specs.DigestOf(b)
 	}
 	sort.Strings(names)
+	var keepPaths []string
+	if keep != nil {
+		for _, p := range keep.paths {
+			if _, ok := pages[p]; ok {
+				continue
+			}
+			d, ok := keep.files[p]
+			if !ok {
+				return nil, fmt.Errorf("%w: %s is not in its manifest", errKeptChanged, p)
+			}
+			next.Files[p] = d
+			keepPaths = append(keepPaths, p)
+		}
+	}
 	mb, err := json.MarshalIndent(next, "", " ")
 	if err != nil {
 		return nil, err
@@ -159,7 +203,7 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 	mb = append(mb, '\n')
 	name := generationID(mb)
 	gen := filepath.Join(gens, name)
-	res := &Result{Index: filepath.Join(dir, EntryFile), Dir: gen, Pages: len(pages)}
+	res := &Result{Index: filepath.Join(dir, EntryFile), Dir: gen, Pages: len(next.Files), files: next.Files}
 
 	if name != prevName {
 		if _, err := os.Stat(filepath.Join(gen, ManifestFile)); err != nil {
@@ -170,6 +214,18 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 				return nil, fmt.Errorf("report: %w", err)
 			}
 			defer os.RemoveAll(tmp)
+			for _, p := range keepPaths {
+				// The rule of an incremental report: a page not rendered
+				// again is linked only when its bytes are the ones this
+				// builder wrote.
+				pp, fp := filepath.Join(prev, filepath.FromSlash(p)), filepath.Join(tmp, filepath.FromSlash(p))
+				if cur, err := os.ReadFile(pp); err != nil || specs.DigestOf(cur) != keep.files[p] {
+					return nil, fmt.Errorf("%w: %s changed", errKeptChanged, p)
+				}
+				if err := linkFile(pp, fp); err != nil {
+					return nil, fmt.Errorf("report: %w", err)
+				}
+			}
 			for _, p := range names {
 				b := pages[p]
 				fp := filepath.Join(tmp, filepath.FromSlash(p))
@@ -198,7 +254,7 @@ func write(dir string, pages map[string][]byte) (*Result, error) {
 			}
 		}
 		for p := range old.Files {
-			if _, ok := pages[p]; !ok {
+			if _, ok := next.Files[p]; !ok {
 				res.Removed++
 				res.Changed = append(res.Changed, p)
 			}

@@ -14,6 +14,11 @@
 //     are the documents' own, "as of" is the latest time a verified
 //     document states), so a second report after one new run writes
 //     only the pages that changed (a manifest lists every page);
+//   - depend on how it was built: a Builder's incremental report (the
+//     audit since its last report, the pages that changed rendered, the
+//     rest linked after their digests are checked) has the bytes of a
+//     full one, and falls back to a full one whenever what it kept does
+//     not hold;
 //   - let a reader see a half-written report: each report is a new
 //     generation directory, written whole and then switched in (the
 //     current link, the entry index.html with a <base> into it); the

@@ -104,40 +104,68 @@ func (m *model) render(name, at, title string, data any) ([]byte, error) {
 // pages renders every page of the report, by path under the output
 // directory.
 func (m *model) pages(pageSize int) (map[string][]byte, error) {
+	out, _, err := m.somePages(pageSize, m.nodes(), nil)
+	return out, err
+}
+
+// somePages renders the pages of the report that only selects (every
+// page when only is nil; the index and the style sheet always), by path
+// under the output directory, and lists the paths of every page of the
+// report, rendered or not, sorted.
+func (m *model) somePages(pageSize int, nodes map[nodeKey][]*nodeRun, only *selection) (map[string][]byte, []string, error) {
 	out := map[string][]byte{}
+	var all []string
 	css, err := files.ReadFile("templates/style.css")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out["style.css"] = css
-	nodes := m.nodes()
-	if err := m.indexPages(out, nodes, pageSize); err != nil {
-		return nil, err
+	all = append(all, "style.css")
+	archives, err := m.indexPages(out, nodes, pageSize, only)
+	if err != nil {
+		return nil, nil, err
+	}
+	all = append(all, "index.html")
+	for i := 1; i <= archives; i++ {
+		all = append(all, archiveHref(i))
 	}
 	for _, r := range m.Runs {
+		all = append(all, r.Href())
+		if only != nil && !only.runs[r.Dir] {
+			continue
+		}
 		b, err := m.render("run", r.Href(), "run "+r.ID, m.runPage(r))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[r.Href()] = b
 	}
 	for k, rs := range nodes {
 		at := nodeHref(k)
+		all = append(all, at)
+		if only != nil && !only.nodes[k] {
+			continue
+		}
 		b, err := m.render("node", at, "node "+k.Node, nodePage{Key: k, Runs: rs, Owner: m.Owner})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[at] = b
 	}
-	for _, pp := range m.profilePages() {
+	for _, pp := range m.profilePages(only) {
 		at := profileHref(pp.Name)
+		all = append(all, at)
+		if only != nil && !only.profiles[pp.Name] {
+			continue
+		}
 		b, err := m.render("profile", at, "profile "+pp.Name, pp)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[at] = b
 	}
-	return out, nil
+	sort.Strings(all)
+	return out, all, nil
 }
 
 func nodeHref(k nodeKey) string   { return "nodes/" + k.Cluster + "/" + k.Node + ".html" }
@@ -179,7 +207,10 @@ type indexPage struct {
 var stateNames = map[nodeState]string{stateNone: "expired", stateCertified: "certified", stateExpiring: "expiring soon",
 	stateFailing: "failing", stateRetained: "retained", stateOpen: "running", stateUnproven: "unproven (latest run withheld)"}
 
-func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, pageSize int) error {
+// indexPages renders the index and the archive pages (those from
+// only.archivesFrom on when only is set) and returns the number of
+// archive pages.
+func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, pageSize int, only *selection) (int, error) {
 	sums := map[[2]string]*summaryRow{}
 	var rows []nodeRow
 	for k, rs := range nodes {
@@ -259,10 +290,13 @@ func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, 
 	}
 	b, err := m.render("index", "index.html", "signet report", ip)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	out["index.html"] = b
 	for i := 1; i <= pages; i++ {
+		if only != nil && i < only.archivesFrom {
+			continue
+		}
 		chunk := chrono[(i-1)*pageSize : min(len(chrono), i*pageSize)]
 		p := indexPage{Page: i, Pages: pages}
 		for j := len(chunk) - 1; j >= 0; j-- {
@@ -276,11 +310,11 @@ func (m *model) indexPages(out map[string][]byte, nodes map[nodeKey][]*nodeRun, 
 		}
 		b, err := m.render("index", archiveHref(i), fmt.Sprintf("signet report, runs page %d", i), p)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		out[archiveHref(i)] = b
 	}
-	return nil
+	return pages, nil
 }
 
 // archiveLink names one archive page by its first and last run.
@@ -457,8 +491,10 @@ type profilePage struct {
 }
 
 // profilePages builds one page per profile over its verified runs: pass
-// rate per day (an inline SVG, oldest day left) and per check.
-func (m *model) profilePages() []profilePage {
+// rate per day (an inline SVG, oldest day left) and per check; with only
+// set, the pages of the profiles it names are built, the others left
+// with their name alone.
+func (m *model) profilePages(only *selection) []profilePage {
 	by := map[string]*profilePage{}
 	var names []string
 	for _, r := range m.Runs {
@@ -477,6 +513,10 @@ func (m *model) profilePages() []profilePage {
 	var out []profilePage
 	for _, n := range names {
 		pp := by[n]
+		if only != nil && !only.profiles[n] {
+			out = append(out, profilePage{Name: n})
+			continue
+		}
 		days := map[string]*bucket{}
 		var order []string
 		checks := map[string]*checkRate{}

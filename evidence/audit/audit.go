@@ -79,6 +79,14 @@ type Options struct {
 	// CheckpointKey, when set, signs a checkpoint of a clean audit's end
 	// (Report.Checkpoint); its key must be an auditor of the policy.
 	CheckpointKey *signing.PrivateKey
+	// Resume, when set, is the state a clean audit of this branch in this
+	// process ended with (Report.Resume): the audit continues from it as
+	// from a checkpoint (the same checks but the signature: this branch,
+	// this trust policy, its tip on the first-parent history; an error
+	// wrapping ErrCheckpoint otherwise). Not with Checkpoint.
+	Resume *Resume
+	// KeepResume sets Report.Resume at the end of a clean audit.
+	KeepResume bool
 }
 
 // Branch audits the evidence branch of opts.Repo, reading objects only
@@ -107,8 +115,16 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	a := newAuditor(rd, rd.display, rd.branch, opts)
 	a.stream = true
 	var cp *Checkpoint
-	if opts.Checkpoint != nil {
+	switch {
+	case opts.Checkpoint != nil && opts.Resume != nil:
+		return nil, errors.New("evidence: audit.Options: Checkpoint and Resume are exclusive")
+	case opts.Checkpoint != nil:
 		if cp, a.from, err = a.openCheckpoint(opts.CheckpointName, opts.Checkpoint); err != nil {
+			return nil, err
+		}
+	case opts.Resume != nil:
+		a.opts.CheckpointName = resumeName
+		if cp, a.from, err = a.resume(opts.Resume); err != nil {
 			return nil, err
 		}
 	}
@@ -122,6 +138,13 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey); err != nil {
 			return nil, err
 		}
+	}
+	if rep.Clean() && opts.KeepResume {
+		st, err := a.endState()
+		if err != nil {
+			return nil, err
+		}
+		rep.Resume = &Resume{cp: *st}
 	}
 	return rep, nil
 }

@@ -108,15 +108,50 @@ func (a *auditor) openCheckpoint(name string, envelope []byte) (*Checkpoint, *Ch
 	if err := signing.StrictUnmarshal(v.Statement.Predicate, &cp); err != nil {
 		return nil, nil, checkpointErr(name, "predicate", "does not decode: %v", err)
 	}
-	switch {
-	case cp.Branch != a.branch:
-		return nil, nil, checkpointErr(name, "branch", "%q, but the audit reads branch %q", cp.Branch, a.branch)
-	case cp.TrustPolicyDigest != a.policy.Digest():
-		return nil, nil, checkpointErr(name, "trustPolicyDigest", "%s, but the audit's trust policy is %s: a checkpoint holds only under the policy it was audited with (audit the whole branch again)", cp.TrustPolicyDigest, a.policy.Digest())
-	case !evidence.IsCommitHash(cp.Tip):
-		return nil, nil, checkpointErr(name, "tip", "%q is not a commit hash", cp.Tip)
+	if err := a.checkpointFits(name, &cp); err != nil {
+		return nil, nil, err
 	}
 	return &cp, &CheckpointInfo{Tip: cp.Tip, AuditedAt: cp.AuditedAt, Signers: v.Keys}, nil
+}
+
+// checkpointFits: cp is about this branch under this trust policy, and
+// names a commit as its tip.
+func (a *auditor) checkpointFits(name string, cp *Checkpoint) error {
+	switch {
+	case cp.Branch != a.branch:
+		return checkpointErr(name, "branch", "%q, but the audit reads branch %q", cp.Branch, a.branch)
+	case cp.TrustPolicyDigest != a.policy.Digest():
+		return checkpointErr(name, "trustPolicyDigest", "%s, but the audit's trust policy is %s: a checkpoint holds only under the policy it was audited with (audit the whole branch again)", cp.TrustPolicyDigest, a.policy.Digest())
+	case !evidence.IsCommitHash(cp.Tip):
+		return checkpointErr(name, "tip", "%q is not a commit hash", cp.Tip)
+	}
+	return nil
+}
+
+// Resume is the state a clean audit ended with (Report.Resume), kept in
+// the memory of the process that ran it so that its next audit of the
+// same branch reads only the commits after it (Options.Resume). It is
+// the state a signed checkpoint carries, unsigned: it is trusted only
+// because this process computed it, and cannot be written out or read
+// back (its fields are unexported).
+type Resume struct {
+	cp Checkpoint
+}
+
+// Tip is the commit the state was taken at.
+func (r *Resume) Tip() string { return r.cp.Tip }
+
+// resumeName names a Resume in the errors of an audit that starts from
+// it.
+const resumeName = "the previous audit's state"
+
+// resume makes the audit continue from r as from a checkpoint, after the
+// same checks but the signature's: this branch, this trust policy.
+func (a *auditor) resume(r *Resume) (*Checkpoint, *CheckpointInfo, error) {
+	if err := a.checkpointFits(resumeName, &r.cp); err != nil {
+		return nil, nil, err
+	}
+	return &r.cp, &CheckpointInfo{Tip: r.cp.Tip, AuditedAt: r.cp.AuditedAt}, nil
 }
 
 // restore makes the audit continue from cp: the commits, files and run
@@ -246,6 +281,20 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 // checkpoint returns the checkpoint of a clean audit's end: its tip and
 // the state a later audit continues from, signed by key.
 func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
+	cp, err := a.endState()
+	if err != nil {
+		return nil, err
+	}
+	st, err := signing.NewStatement(PredicateCheckpoint,
+		[]signing.Subject{signing.SubjectFor(path.Join("git-commit", a.branch), specs.DigestOf([]byte(cp.Tip)))}, cp)
+	if err != nil {
+		return nil, err
+	}
+	return signing.SignStatement(st, key)
+}
+
+// endState is the checkpoint predicate of a clean audit's end, unsigned.
+func (a *auditor) endState() (*Checkpoint, error) {
 	commits := append(append([]*commitInfo(nil), a.baseCommits...), a.commits...)
 	if len(commits) == 0 {
 		return nil, errors.New("evidence: no commit to checkpoint")
@@ -303,10 +352,5 @@ func (a *auditor) checkpoint(key *signing.PrivateKey) ([]byte, error) {
 	if err := encodeHistory(&a.hist, &cp.State); err != nil {
 		return nil, err
 	}
-	st, err := signing.NewStatement(PredicateCheckpoint,
-		[]signing.Subject{signing.SubjectFor(path.Join("git-commit", a.branch), specs.DigestOf([]byte(cp.Tip)))}, cp)
-	if err != nil {
-		return nil, err
-	}
-	return signing.SignStatement(st, key)
+	return &cp, nil
 }

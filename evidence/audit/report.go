@@ -161,6 +161,10 @@ type Report struct {
 	// Checkpoint is the signed checkpoint of this audit's end, set only
 	// when the audit is clean and Options.CheckpointKey was given.
 	Checkpoint []byte `json:"-"`
+	// Resume is the state of this audit's end, for the next audit in
+	// this process (Options.Resume); set only when the audit is clean
+	// and Options.KeepResume was given.
+	Resume *Resume `json:"-"`
 }
 
 // Clean reports whether the audit found nothing.

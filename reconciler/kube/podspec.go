@@ -49,6 +49,13 @@ const (
 	KueuePodGroupLabel      = "kueue.x-k8s.io/pod-group-name"
 	KueuePodGroupTotalCount = "kueue.x-k8s.io/pod-group-total-count"
 	KueueRequiredTopology   = "kueue.x-k8s.io/podset-required-topology"
+	// KueueAdmissionGate is the scheduling gate Kueue's pod webhook puts
+	// on every pod of a queue; Kueue lifts it once the pod group is
+	// admitted (quota reserved, and with topology, a domain assigned).
+	KueueAdmissionGate = "kueue.x-k8s.io/admission"
+	// KueueTopologyGate is the gate Kueue's topology-aware scheduling
+	// keeps until it has written the pod's domain into its node selector.
+	KueueTopologyGate = "kueue.x-k8s.io/topology"
 )
 
 // DeadlineAnnotation on a check's objects is the check's wall-clock

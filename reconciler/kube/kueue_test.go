@@ -320,10 +320,9 @@ func TestPodBackendKueueE2E(t *testing.T) {
 		for _, p := range e.pods(t, victim) {
 			assert.Equal(t, created[p.Name], string(p.UID), "pod %s not recreated", p.Name)
 		}
-		// No Cleanup here: Kueue keeps its finalizer on a stopped pod until
-		// the pod reaches a terminal phase, which a kubelet (1.27 on) sets
-		// on a pod it deletes, and the test agent does not; the pods stay
-		// Terminating until the environment stops.
+		// Kueue drops its finalizer once the stopped pods are Failed (the
+		// agent, as a kubelet, puts a pod it deletes into a terminal phase).
+		e.cleanup(t, victim)
 	})
 }
 

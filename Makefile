@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 MUTATE_JOBS ?= 2
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools browser-tools clean mutations image
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools kueue-tools browser-tools clean mutations image
 
 all: build
 
@@ -31,13 +31,19 @@ tools:
 kube-tools:
 	./hack/kube-tools.sh
 
+## kueue-tools: Kueue (sigs.k8s.io/kueue) built from its Go module into
+## bin/kueue, once, and its module (CRDs, webhook manifests) downloaded,
+## for the Kubernetes end-to-end tests (internal/testing/kubetest/kueue.go).
+kueue-tools:
+	./hack/kueue-tools.sh
+
 ## browser-tools: Debian's chromium, which the report's browser tests drive
 ## (chromedp), installed with apt-get when missing.
 browser-tools:
 	./hack/browser-tools.sh
 
 ## test: every test, race detector on, plus lint. This is what CI runs.
-test: lint tools kube-tools browser-tools
+test: lint tools kube-tools kueue-tools browser-tools
 	$(GO) test $(GO_TEST_ARGS) -count=1 -timeout 30m ./...
 
 lint: fmt-check vet

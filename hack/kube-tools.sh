@@ -6,8 +6,13 @@
 # version, staging modules replaced by their published versions). Installs
 # etcd from Debian's etcd-server package when no etcd is on PATH.
 #
-# A binary is rebuilt only when it is missing or when the pinned version
-# (bin/.kube-version) changed, and then copied from the per-user tools cache
+# kube-apiserver is built with its version stamped from the pin (-ldflags
+# -X k8s.io/component-base/version.gitVersion=…): a plain `go build` reports
+# v0.0.0-master+$Format:%H$, which Kueue's version check refuses.
+#
+# A binary is rebuilt only when it is missing or when its build stamp
+# (bin/.kube-version: the pinned version and each binary's build flags)
+# changed, and then copied from the per-user tools cache
 # (hack/lib/toolcache.sh) when this exact build is there. The first build
 # takes about 15 minutes on two cores, kubectl up to 9 minutes more (seen on
 # a loaded machine); afterwards this script returns at once, and a fresh
@@ -31,32 +36,50 @@ if [ -z "$KUBE_VERSION" ]; then
   exit 1
 fi
 
+# kube-apiserver's version, stamped from the pin (see above).
+KUBE_MINOR=$(echo "$KUBE_VERSION" | cut -d. -f2)
+KUBE_MAJOR=$(echo "$KUBE_VERSION" | cut -d. -f1 | tr -d v)
+APISERVER_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=$KUBE_MAJOR -X k8s.io/component-base/version.gitMinor=$KUBE_MINOR"
+ldflags() {
+  if [ "$1" = kube-apiserver ]; then printf '%s' "$APISERVER_LDFLAGS"; fi
+}
+
 . hack/lib/toolcache.sh
-# The cache key covers the whole tools module (pin and every replaced
-# staging module's version) and this script's build flags.
-CACHE_KEY="kube-$KUBE_VERSION-$(cat hack/kube-tools/go.mod hack/kube-tools/go.sum hack/kube-tools.sh | sha256sum | cut -c1-16)"
+# cache_key CMD: covers the whole tools module (pin and every replaced
+# staging module's version) and CMD's build flags.
+cache_key() {
+  echo "kube-$KUBE_VERSION-$( (cat hack/kube-tools/go.mod hack/kube-tools/go.sum; echo "$1 $(ldflags "$1")") | sha256sum | cut -c1-16)"
+}
 
 mkdir -p bin
+# The stamp holds one line per binary: its name, the pin and a digest of its
+# build flags; a binary whose line differs is rebuilt (or copied from the
+# cache), the others are kept. A stamp of the older form (the pinned version
+# alone) still covers the binaries built without flags.
 STAMP=bin/.kube-version
-stale=false
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$KUBE_VERSION" ]; then
-  stale=true
-fi
-built=false
+stamp_line() {
+  echo "$1 $KUBE_VERSION $(ldflags "$1" | sha256sum | cut -c1-16)"
+}
+current() {
+  [ -x "bin/$1" ] || return 1
+  grep -qxF "$(stamp_line "$1")" "$STAMP" 2>/dev/null && return 0
+  [ -z "$(ldflags "$1")" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$KUBE_VERSION" ]
+}
+new_stamp=""
 for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
-  if [ "$stale" = true ] || [ ! -x "bin/$cmd" ]; then
-    if ! toolcache_get "$cmd" "$CACHE_KEY" "bin/$cmd"; then
+  line=$(stamp_line "$cmd")
+  if ! current "$cmd"; then
+    if [ -L "bin/$cmd" ]; then rm "bin/$cmd"; fi
+    if ! toolcache_get "$cmd" "$(cache_key "$cmd")" "bin/$cmd"; then
       echo "kube-tools: building $cmd $KUBE_VERSION into bin/ (slow the first time)" >&2
       start=$(date +%s)
-      (cd hack/kube-tools && CGO_ENABLED=0 go build -o "../../bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+      (cd hack/kube-tools && CGO_ENABLED=0 go build -ldflags "$(ldflags "$cmd")" -o "../../bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
       mv "bin/$cmd.tmp" "bin/$cmd"
-      toolcache_put "$cmd" "$CACHE_KEY" "bin/$cmd"
+      toolcache_put "$cmd" "$(cache_key "$cmd")" "bin/$cmd"
       echo "kube-tools: built $cmd in $(( $(date +%s) - start ))s" >&2
     fi
-    built=true
   fi
+  new_stamp+="$line"$'\n'
 done
-if [ "$built" = true ] || [ "$stale" = true ]; then
-  echo "$KUBE_VERSION" > "$STAMP"
-fi
+printf '%s' "$new_stamp" > "$STAMP"
 echo "kube-tools: bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager, bin/kubectl at $KUBE_VERSION" >&2

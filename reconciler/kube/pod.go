@@ -243,10 +243,19 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 	defer tick.Stop()
 	pw := b.watchPods(ctx, checkSelector(c))
 	defer pw.stop()
-	var deadlinePassed, canceled bool
+	var deadlinePassed, canceled, waiting bool
 	for {
 		if err := b.poll(ctx, c, ws, pw); err != nil && ctx.Err() == nil {
 			b.log.Warn("listing check pods failed; retrying", "run", c.Run, "check", c.Check.Name, "error", err)
+		}
+		if gated := gatedByKueue(ws); gated != waiting {
+			waiting = gated
+			if gated {
+				b.log.Info("check waiting for capacity: its queue has not admitted the pod group yet",
+					"run", c.Run, "check", c.Check.Name, "queue", workload(c).Queue)
+			} else {
+				b.log.Info("check admitted by its queue", "run", c.Run, "check", c.Check.Name, "queue", workload(c).Queue)
+			}
 		}
 		all := true
 		for _, w := range ws {
@@ -282,6 +291,44 @@ func (b *PodBackend) observe(ctx context.Context, c *backend.CheckRun, ws []*wat
 	}
 	rep.EndedAt = time.Now()
 	return rep
+}
+
+// gatedByKueue reports whether a participant's pod, not terminal, still
+// carries one of Kueue's scheduling gates: the check waits for capacity
+// (quota or a topology domain), it has not failed.
+func gatedByKueue(ws []*watched) bool {
+	for _, w := range ws {
+		if !w.terminal() && w.pod != nil && kueueGate(w.pod) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// kueueGate returns the first of Kueue's scheduling gates on p, or "".
+func kueueGate(p *corev1.Pod) string {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == KueueAdmissionGate || g.Name == KueueTopologyGate {
+			return g.Name
+		}
+	}
+	return ""
+}
+
+// kueueTerminationTarget is the condition Kueue's pod integration sets on
+// each pod of a group it stops (preemption, eviction), with the reason and
+// message, just before deleting the pod.
+const kueueTerminationTarget corev1.PodConditionType = "TerminationTarget"
+
+// kueueStopped returns Kueue's reason for stopping p ("WorkloadEvicted:
+// Preempted to accommodate …"), or "" when Kueue did not stop it.
+func kueueStopped(p *corev1.Pod) string {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == kueueTerminationTarget && cond.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(cond.Reason + ": " + cond.Message)
+		}
+	}
+	return ""
 }
 
 // poll reads the check's pods — from the watch pw once it has listed
@@ -326,6 +373,11 @@ func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watche
 		case p.DeletionTimestamp != nil:
 			w.pod = p
 			w.lost = "pod deleted behind signet's back: pod " + w.name + " is being deleted"
+			if why := kueueStopped(p); why != "" {
+				// Kueue stops a pod group it evicts (preemption among
+				// them) by deleting its pods; signet never recreates them.
+				w.lost = "pod " + w.name + " stopped by Kueue: " + why
+			}
 			continue
 		}
 		// The pod as observed now: a container's image can be changed on
@@ -416,6 +468,10 @@ func (b *PodBackend) participantReport(ctx context.Context, c *backend.CheckRun,
 		term.DeadlineExceeded = false
 		pr.Result = nil
 		notes = append([]string{lost}, notes...)
+	case !terminal && deadlinePassed && kueueGate(p) != "":
+		term.DeadlineExceeded = true
+		notes = append(notes, fmt.Sprintf("waiting for capacity: queue %q had not admitted pod %s (scheduling gate %s) at the check deadline %s",
+			workload(c).Queue, p.Name, kueueGate(p), c.Deadline.UTC().Format(time.RFC3339)))
 	case !terminal && deadlinePassed:
 		term.DeadlineExceeded = true
 		notes = append(notes, fmt.Sprintf("pod %s still %s at the check deadline %s", p.Name, p.Status.Phase, c.Deadline.UTC().Format(time.RFC3339)))

@@ -228,7 +228,7 @@ func TestRenderedPod(t *testing.T) {
 	for _, k := range []string{KueueQueueLabel, KueuePodGroupLabel} {
 		assert.NotContains(t, pod.Labels, k, "no Kueue label without a queue")
 	}
-	for _, k := range []string{KueuePodGroupTotalCount, KueueRequiredTopology} {
+	for _, k := range []string{KueuePodGroupTotalCount, KueueRequiredTopology, KueueRetriableInGroup} {
 		assert.NotContains(t, pod.Annotations, k, "no Kueue annotation without a queue")
 	}
 
@@ -279,6 +279,7 @@ func TestRenderedKueue(t *testing.T) {
 			require.NoError(t, err)
 			for _, p := range r.Pods {
 				assert.Equal(t, tt.queue, p.Labels[KueueQueueLabel])
+				assert.Equal(t, "false", p.Annotations[KueueRetriableInGroup], "signet never replaces a pod of the group")
 				assert.Equal(t, "signet-run-1-01", p.Labels[KueuePodGroupLabel], "one pod group per check")
 				assert.Equal(t, "2", p.Annotations[KueuePodGroupTotalCount])
 				if tt.level == "" {

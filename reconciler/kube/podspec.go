@@ -49,6 +49,18 @@ const (
 	KueuePodGroupLabel      = "kueue.x-k8s.io/pod-group-name"
 	KueuePodGroupTotalCount = "kueue.x-k8s.io/pod-group-total-count"
 	KueueRequiredTopology   = "kueue.x-k8s.io/podset-required-topology"
+	// KueueRetriableInGroup "false" tells Kueue no pod of the group is
+	// ever replaced (signet never recreates a pod): a stopped or failed
+	// group ends, and Kueue drops its finalizers, instead of waiting for
+	// replacement pods.
+	KueueRetriableInGroup = "kueue.x-k8s.io/retriable-in-group"
+	// KueueAdmissionGate is the scheduling gate Kueue's pod webhook puts
+	// on every pod of a queue; Kueue lifts it once the pod group is
+	// admitted (quota reserved, and with topology, a domain assigned).
+	KueueAdmissionGate = "kueue.x-k8s.io/admission"
+	// KueueTopologyGate is the gate Kueue's topology-aware scheduling
+	// keeps until it has written the pod's domain into its node selector.
+	KueueTopologyGate = "kueue.x-k8s.io/topology"
 )
 
 // DeadlineAnnotation on a check's objects is the check's wall-clock
@@ -294,6 +306,7 @@ func participantPod(c *backend.CheckRun, ns, signetImage string, p int) (*corev1
 		labels[KueueQueueLabel] = w.Queue
 		labels[KueuePodGroupLabel] = checkBaseName(c.Run, c.Index)
 		annotations[KueuePodGroupTotalCount] = strconv.Itoa(len(c.Participants))
+		annotations[KueueRetriableInGroup] = "false"
 		if w.RequiredTopologyLevel != "" {
 			annotations[KueueRequiredTopology] = w.RequiredTopologyLevel
 		}

@@ -212,7 +212,9 @@ type AgentOptions struct {
 //     leave the container not ready; liveness and startup probes do not
 //     run.
 //   - Deletion: once a pod has a deletionTimestamp, its process groups get
-//     TERM then KILL after min(grace, 2 s), and the agent deletes the pod with
+//     TERM then KILL after min(grace, 2 s), the pod is reported Failed (as
+//     kubelets from 1.27 put a pod they delete into a terminal phase), and
+//     the agent deletes the pod with
 //     grace period 0 (the kubelet's confirmation), so that foreground
 //     deletion and garbage collection complete. A pod that disappears
 //     without that is killed at once.

@@ -183,11 +183,18 @@ func (r *podRun) run() {
 	r.report()
 }
 
-// end reports what ended the pod early: the deadline makes it Failed;
-// deletion, disappearance and the agent's stop report nothing.
+// end reports what ended the pod early: the deadline makes it Failed, and
+// so does deletion, as a kubelet (1.27 on) puts a pod it deletes into a
+// terminal phase before confirming the deletion (Kueue, for one, keeps its
+// finalizer on a pod until then); disappearance and the agent's stop report
+// nothing.
 func (r *podRun) end(ctx context.Context) {
-	if errors.Is(context.Cause(ctx), errDeadline) && r.ctx.Err() == nil {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errDeadline) && r.ctx.Err() == nil:
 		r.setPhase(corev1.PodFailed, "DeadlineExceeded", DeadlineExceededMessage)
+		r.report()
+	case errors.Is(cause, errPodDeleted):
+		r.setPhase(corev1.PodFailed, "", "")
 		r.report()
 	}
 }
@@ -210,7 +217,7 @@ func (r *podRun) setState(st *ctrState, s corev1.ContainerState) {
 func (r *podRun) report() {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
-	if r.ctx.Err() != nil && !errors.Is(context.Cause(r.ctx), errDeadline) {
+	if cause := context.Cause(r.ctx); r.ctx.Err() != nil && !errors.Is(cause, errDeadline) && !errors.Is(cause, errPodDeleted) {
 		return
 	}
 	pods := r.a.client.CoreV1().Pods(r.pod.Namespace)

@@ -280,7 +280,14 @@ func (f *Fleet) available(ctx context.Context, view nodeView, n *corev1.Node) er
 	if h := holder(n); h != "" {
 		return busy(n.Name, "%s", h)
 	}
-	return f.noGPUPods(ctx, view, n.Name)
+	err := f.noGPUPods(ctx, view, n.Name)
+	if errors.Is(err, backend.ErrBusy) && view != nodeView(f.live) {
+		// The cache may still hold a GPU pod that has just finished (its
+		// end not yet delivered): a node is passed over for a pod only on
+		// what the API server says.
+		return f.noGPUPods(ctx, f.live, n.Name)
+	}
+	return err
 }
 
 func ready(n *corev1.Node) bool {
@@ -343,11 +350,15 @@ func usesGPU(p *corev1.Pod) bool {
 // it is not eligible for prof now (too small, not Ready, reserved, a
 // running GPU pod), why.
 func (f *Fleet) Pool(ctx context.Context, prof *specs.CertificationProfile, nodes []string, selector map[string]string) ([]backend.PoolMember, error) {
+	// The pool's nodes are read from the API server (one request with a
+	// selector): a standing certification's triggers compare their
+	// identities, and a reboot must be seen by the pass that follows it.
+	// Their pods may come from the cache (see available).
 	view := f.selectView()
 	var items []*corev1.Node
 	if len(nodes) > 0 {
 		for _, name := range nodes {
-			n, err := view.node(ctx, name)
+			n, err := f.live.node(ctx, name)
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -358,7 +369,7 @@ func (f *Fleet) Pool(ctx context.Context, prof *specs.CertificationProfile, node
 		}
 	} else {
 		var err error
-		if items, err = view.nodes(ctx, labels.SelectorFromSet(selector)); err != nil {
+		if items, err = f.live.nodes(ctx, labels.SelectorFromSet(selector)); err != nil {
 			return nil, err
 		}
 	}

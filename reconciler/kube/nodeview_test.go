@@ -77,11 +77,19 @@ func testFleetCacheStale(t *testing.T, env *kubetest.Env) {
 	takenNode := createNode(t, env, "stale-b", 8, pool, false)
 	oursNode := createNode(t, env, "stale-c", 8, pool, false)
 	createNode(t, env, "stale-d", 8, pool, false)
+	createNode(t, env, "stale-e", 8, pool, false)
+	// A GPU pod on stale-e that the cache lists, and that ends after the
+	// cache is frozen.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := env.Client.CoreV1().Pods("default").Create(ctx, gpuPod("stale-ending", "stale-e"), metav1.CreateOptions{})
+		assert.NoError(c, err)
+	}, 30*time.Second, 200*time.Millisecond)
 	f := testFleet(env)
 	cacheCtx, stop := context.WithCancel(ctx)
 	require.True(t, f.StartCache(cacheCtx, 30*time.Second))
 	stop() // the informers stop: the cache keeps what it listed
 	time.Sleep(200 * time.Millisecond)
+	setPhase(t, env.Client, "stale-ending", "Succeeded")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := env.Client.CoreV1().Pods("default").Create(ctx, gpuPod("stale-trainer", "stale-a"), metav1.CreateOptions{})
@@ -94,10 +102,11 @@ func testFleetCacheStale(t *testing.T, env *kubetest.Env) {
 	require.NoError(t, f.Reserve(ctx, "our-first-run", []backend.Node{oursNode}))
 
 	prof := gpuProfile(1, "1Gi")
-	got, err := f.Select(ctx, prof, selectorRequest("r", pool, 3))
+	got, err := f.Select(ctx, prof, selectorRequest("r", pool, 4))
 	require.NoError(t, err)
-	require.Equal(t, []string{"stale-a", "stale-b", "stale-d"}, got,
-		"the frozen cache still offers the two nodes taken behind its back (else this test proves nothing), never the one this Fleet reserved")
+	require.Equal(t, []string{"stale-a", "stale-b", "stale-d", "stale-e"}, got,
+		"the frozen cache still offers the two nodes taken behind its back (else this test proves nothing), never the one this Fleet reserved; "+
+			"a node whose GPU pod ended after the cache froze is busy only by the cache, and the API server is asked")
 
 	before := getState(t, env.Client, "stale-a")
 	err = f.Reserve(ctx, "our-run", []backend.Node{busyNode})

@@ -205,10 +205,16 @@ func TestFinding7TriggerCoalesced(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(2 * reconciler.TriggerGap)
+	// The source sees a pass when the pass asks it for the revision, after
+	// the pass has read its trust policy: that delay varies from pass to
+	// pass (tens of milliseconds under the race detector on a loaded
+	// machine; 13 ms more than the next pass's was seen), so the gap seen
+	// here is TriggerGap give or take it. Without the gap, these passes
+	// start about 5 ms apart.
 	passes := src.passes()
 	for i := 2; i < len(passes); i++ {
 		gap := passes[i].Sub(passes[i-1])
-		assert.GreaterOrEqual(t, gap, reconciler.TriggerGap-10*time.Millisecond, "passes %d and %d started %s apart", i, i+1, gap)
+		assert.GreaterOrEqual(t, gap, reconciler.TriggerGap-100*time.Millisecond, "passes %d and %d started %s apart", i, i+1, gap)
 	}
 	assert.LessOrEqual(t, len(passes), 2+4, "%d passes for 100 triggers in about a second", len(passes))
 }

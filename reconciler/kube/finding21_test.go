@@ -2,18 +2,13 @@ package kube
 
 import (
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admission/v1"
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -336,52 +331,13 @@ func injectInitContainer(t *testing.T, env *kubetest.Env, ns string, sel map[str
 		func(p *corev1.Pod) bool { return len(p.Spec.InitContainers) == 2 })
 }
 
-// injectPatch registers a mutating webhook (served on loopback, called by
-// the real kube-apiserver) that adds value at path (a JSON patch "add") to
-// every pod created with the labels sel, and returns once a dry-run create
-// in namespace ns shows it applied.
+// injectPatch is kubetest's PatchPodsAtAdmission under the name "inject":
+// a mutating webhook (served on loopback, called by the real
+// kube-apiserver) that adds value at path to every pod created with the
+// labels sel, in effect once a dry-run create in ns shows it applied.
 func injectPatch(t *testing.T, env *kubetest.Env, ns string, sel map[string]string, path string, value any, applied func(*corev1.Pod) bool) {
 	t.Helper()
-	ctx := t.Context()
-	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": path, "value": value}})
-	require.NoError(t, err)
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		pt := admissionv1.PatchTypeJSONPatch
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: patch, PatchType: &pt}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(&review)
-	}))
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	url := srv.URL + "/mutate"
-	fail, none := admissionregv1.Fail, admissionregv1.SideEffectClassNone
-	_, err = env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "inject"},
-		Webhooks: []admissionregv1.MutatingWebhook{{
-			Name: "inject.example.com", ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
-			Rules: []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create},
-				Rule: admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: sel},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	// The webhook takes effect once the API server has loaded it.
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: sel},
-			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: testWorkloadImage}},
-				Containers: []corev1.Container{{Name: "c", Image: testWorkloadImage, Env: []corev1.EnvVar{{Name: "E", Value: "e"}}}}}}
-		got, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		require.NoError(ct, err)
-		assert.True(ct, applied(got), "the webhook's patch is not applied yet")
-	}, 30*time.Second, 200*time.Millisecond)
+	env.PatchPodsAtAdmission(t, "inject", ns, sel, path, value, applied)
 }
 
 // TestFinding21_5MutatedAtAdmission: a mutating webhook (served here on

@@ -192,7 +192,7 @@ func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, re
 			if err != nil {
 				return nil, apiError(name, "get", err)
 			}
-			if err := f.eligible(ctx, view, n, floor); err != nil {
+			if err := f.eligibleNow(ctx, view, n, floor); err != nil {
 				if !errors.Is(err, backend.ErrBusy) {
 					return nil, err
 				}
@@ -221,7 +221,7 @@ func (f *Fleet) Select(ctx context.Context, prof *specs.CertificationProfile, re
 		if len(chosen) == req.Spec.Count {
 			break
 		}
-		err := f.eligible(ctx, view, items[i], floor)
+		err := f.eligibleNow(ctx, view, items[i], floor)
 		switch {
 		case err == nil:
 			chosen = append(chosen, items[i].Name)
@@ -280,14 +280,28 @@ func (f *Fleet) available(ctx context.Context, view nodeView, n *corev1.Node) er
 	if h := holder(n); h != "" {
 		return busy(n.Name, "%s", h)
 	}
-	err := f.noGPUPods(ctx, view, n.Name)
-	if errors.Is(err, backend.ErrBusy) && view != nodeView(f.live) {
-		// The cache may still hold a GPU pod that has just finished (its
-		// end not yet delivered): a node is passed over for a pod only on
-		// what the API server says.
-		return f.noGPUPods(ctx, f.live, n.Name)
+	return f.noGPUPods(ctx, view, n.Name)
+}
+
+// eligibleNow is eligible, except that a node the cache calls busy is
+// read again from the API server: the cache may not yet have the end of a
+// GPU pod, a release, or a node's Ready again (changes made by others
+// arrive through the watch), so a node is passed over only on what the
+// API server says. A node the cache calls free is offered as it is: the
+// reservation decides on the live node.
+func (f *Fleet) eligibleNow(ctx context.Context, view nodeView, n *corev1.Node, floor map[string]resource.Quantity) error {
+	err := f.eligible(ctx, view, n, floor)
+	if !errors.Is(err, backend.ErrBusy) || view == nodeView(f.live) {
+		return err
 	}
-	return err
+	live, gerr := f.live.node(ctx, n.Name)
+	if apierrors.IsNotFound(gerr) {
+		return ineligible(n.Name, "no such node")
+	}
+	if gerr != nil {
+		return apiError(n.Name, "get", gerr)
+	}
+	return f.eligible(ctx, f.live, live, floor)
 }
 
 func ready(n *corev1.Node) bool {
@@ -377,7 +391,7 @@ func (f *Fleet) Pool(ctx context.Context, prof *specs.CertificationProfile, node
 	out := make([]backend.PoolMember, 0, len(items))
 	for _, n := range items {
 		m := backend.PoolMember{Identity: *snapshotOf(n, "", "")}
-		if err := f.eligible(ctx, view, n, floor); err != nil {
+		if err := f.eligibleNow(ctx, view, n, floor); err != nil {
 			if !errors.Is(err, backend.ErrBusy) && !errors.Is(err, backend.ErrIneligible) {
 				return nil, err
 			}

@@ -468,14 +468,22 @@ func (s *Store) append(ctx context.Context, message string, files []File, base *
 		if err != nil {
 			return "", fmt.Errorf("evidence: build commit: %w", err)
 		}
+		// The state file that will record the new tip is written and
+		// synced while the push runs; it replaces the old one only once
+		// the push has landed.
+		staged := s.stageState(commit, true)
 		err = s.remote.Push(ctx, b.Objects(), s.ref, s.tip, commit, b.Hashes())
+		if err != nil {
+			staged.discard()
+		}
 		var moved *gitobj.MovedError
 		switch {
 		case err == nil:
 			if err := s.keep(b); err != nil {
+				staged.discard()
 				return "", err
 			}
-			if err := s.setTip(ctx, commit, true); err != nil {
+			if err := s.putTip(ctx, commit, true, staged); err != nil {
 				return "", err
 			}
 			return commit.String(), nil

@@ -553,6 +553,22 @@ func TestRejectedIsNotARace(t *testing.T) {
 	require.ErrorIs(t, err, ErrRejected)
 	assert.NotErrorIs(t, err, ErrExists)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+
+	// The state file, staged while the push ran, was not put in place: the
+	// remembered tip is still the one that landed, and a new store on the
+	// same state starts from it (no rollback alarm, no tip never pushed).
+	opts := s.opts
+	st, err := os.ReadFile(filepath.Join(opts.StateDir, stateFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(st), s.Tip(), "a tip that never landed was remembered")
+	leftovers, err := filepath.Glob(filepath.Join(opts.StateDir, "."+stateFile+".tmp-*"))
+	require.NoError(t, err)
+	assert.Empty(t, leftovers, "a staged state file was left behind")
+	require.NoError(t, s.Close())
+	s2, err := Open(t.Context(), opts)
+	require.NoError(t, err, "a tip that never landed was remembered")
+	defer s2.Close()
+	assert.Equal(t, s.Tip(), s2.Tip())
 }
 
 // TestStoreID: the ID names the branch, not the remote, is the same for

@@ -145,13 +145,27 @@ func (s *Store) keptIs(tip plumbing.Hash) bool {
 // setTip records tip as the verified remote tip, in the mirror's ref,
 // atomically in the state file, then in the Keeper (compare-and-swap).
 func (s *Store) setTip(ctx context.Context, tip plumbing.Hash, pushed bool) error {
+	return s.putTip(ctx, tip, pushed, s.stageState(tip, pushed))
+}
+
+// stageState writes and syncs, in the background, the state file that
+// records tip; putTip puts it in place. The caller holds s.mu, and calls
+// putTip or discards it.
+func (s *Store) stageState(tip plumbing.Hash, pushed bool) *stagedFile {
 	st := state{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: tip.String()}
 	if pushed {
 		st.Pushed = tip.String()
 	} else if !s.pushed.IsZero() {
 		st.Pushed = s.pushed.String()
 	}
-	if err := s.writeState(st); err != nil {
+	return stageFile(filepath.Join(s.opts.StateDir, stateFile), st)
+}
+
+// putTip is setTip with its state file staged by stageState(tip, pushed)
+// (an append stages it while its push runs: the two syncs overlap, and
+// the file replaces the old one only once the push has landed).
+func (s *Store) putTip(ctx context.Context, tip plumbing.Hash, pushed bool, staged *stagedFile) error {
+	if err := staged.commit(); err != nil {
 		return fmt.Errorf("evidence: remember tip %s: %w", tip, err)
 	}
 	s.firstUse = false
@@ -167,11 +181,7 @@ func (s *Store) setTip(ctx context.Context, tip plumbing.Hash, pushed bool) erro
 
 // writeState replaces the state file atomically.
 func (s *Store) writeState(st state) error {
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(filepath.Join(s.opts.StateDir, stateFile), append(b, '\n'))
+	return stageFile(filepath.Join(s.opts.StateDir, stateFile), st).commit()
 }
 
 // keepTipAttempts bounds the compare-and-swap retries of keepTip while
@@ -272,36 +282,78 @@ func hashText(h plumbing.Hash) string {
 	return h.String()
 }
 
-// writeFileAtomic replaces name with data: temp file, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(name string, data []byte) error {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
+// stagedFile is a replacement for a file, written to a temporary file
+// next to it and synced in the background: commit renames it over the
+// file and syncs the directory; discard removes it.
+type stagedFile struct {
+	name, tmp string
+	done      chan struct{}
+	err       error // set before done is closed
+}
+
+// stageFile starts writing v, as indented JSON and a newline, to a
+// temporary file next to name.
+func stageFile(name string, v any) *stagedFile {
+	f := &stagedFile{name: name, done: make(chan struct{})}
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
+		f.err = err
+		close(f.done)
+		return f
+	}
+	go func() {
+		defer close(f.done)
+		f.tmp, f.err = writeSynced(filepath.Dir(name), "."+filepath.Base(name)+".tmp-*", append(b, '\n'))
+	}()
+	return f
+}
+
+// writeSynced writes data to a new temporary file in dir, named by
+// pattern, synced and closed, and returns its name.
+func writeSynced(dir, pattern string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// commit waits for the staged file, renames it over the file and syncs
+// the directory.
+func (f *stagedFile) commit() error {
+	<-f.done
+	if f.err != nil {
+		return f.err
+	}
+	if err := os.Rename(f.tmp, f.name); err != nil {
+		os.Remove(f.tmp)
 		return err
 	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
+	d, err := os.Open(filepath.Dir(f.name))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// discard waits for the staged file and removes it.
+func (f *stagedFile) discard() {
+	<-f.done
+	if f.tmp != "" {
+		os.Remove(f.tmp)
+	}
 }
 
 // descends reports whether anc is desc or one of its ancestors. The walk

@@ -17,12 +17,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
-// A push to a local repository is written in process: the objects as
-// one pack with its index (synced, then renamed in), then the ref moved
-// under Git's own lock protocol — refs/…/NAME.lock created exclusively,
-// the current value (loose ref, else packed-refs) compared with old, the
-// new value written, synced and renamed over the ref, the directory
-// synced. That is what receive-pack does for such a push, less the child
+// A push to a local repository is written in process, under Git's own
+// ref lock protocol: refs/…/NAME.lock created exclusively, the current
+// value (loose ref, else packed-refs) compared with old, the new value
+// written — taken once the objects are written as one pack with its
+// index, which are synced together with the lock file and renamed in, the
+// pack directory synced; only then the lock is renamed over the ref and
+// the ref's directory synced. That is what receive-pack does for such a push, less the child
 // processes, which cost more than the rest of an evidence append.
 //
 // Only where receive-pack would do nothing more: a bare repository, or a
@@ -176,13 +177,67 @@ func (r *Remote) pushLocal(ctx context.Context, repo localRepo, st storer.Encode
 	reject := func(err error) error {
 		return &RemoteError{Op: "push", URL: r.display, Kind: ErrRejected, Msg: r.scrub(err.Error())}
 	}
-	// The objects first: a pack no ref reaches is harmless, a ref to
-	// objects not yet durable is not.
+	refPath := filepath.Join(dir, filepath.FromSlash(ref.String()))
+	if err := os.MkdirAll(filepath.Dir(refPath), 0o777); err != nil {
+		return reject(err)
+	}
+	var (
+		lock    *os.File
+		renamed bool
+	)
+	defer func() {
+		if lock != nil {
+			lock.Close()
+			if !renamed {
+				os.Remove(refPath + ".lock")
+			}
+		}
+	}()
+	// takeLock takes the ref's lock, compares the ref with old and writes
+	// the new value into the lock file, not yet synced.
+	takeLock := func() error {
+		f, err := os.OpenFile(refPath+".lock", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			// Another writer is moving the ref now: nothing landed, and
+			// whether the ref moves is not known yet. Like a lost
+			// connection, the caller fetches and tries again.
+			return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s: another writer holds %s.lock; try again", ref, ref)}
+		}
+		if err != nil {
+			return reject(err)
+		}
+		lock = f
+		cur, err := readLocalRef(dir, refPath, ref)
+		if err != nil {
+			return reject(err)
+		}
+		if cur != old {
+			return &MovedError{Status: fmt.Sprintf("%s is at %s, not %s", ref, cur, old)}
+		}
+		if _, err := lock.WriteString(new.String() + "\n"); err != nil {
+			return reject(err)
+		}
+		return nil
+	}
+	// The objects before the ref: a pack no ref reaches is harmless, a
+	// ref to objects not yet durable is not. The lock is taken once the
+	// pack and its index are written, and its file is synced together
+	// with them (one wait instead of three); it becomes the ref only once
+	// the pack is in place and its directory synced.
 	if len(objs) > 0 {
+		var lockErr error
 		packDir := filepath.Join(dir, "objects", "pack")
 		name, err := writeIndexedPack(packDir, len(objs), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
 			return pw.addObjects(st, objs, add)
+		}, func() ([]*os.File, error) {
+			if lockErr = takeLock(); lockErr != nil {
+				return nil, lockErr
+			}
+			return []*os.File{lock}, nil
 		})
+		if lockErr != nil {
+			return lockErr
+		}
 		if err != nil {
 			return reject(fmt.Errorf("unpack: %w", err))
 		}
@@ -193,40 +248,13 @@ func (r *Remote) pushLocal(ctx context.Context, repo localRepo, st storer.Encode
 				return reject(fmt.Errorf("unpack: %w", err))
 			}
 		}
-	}
-	refPath := filepath.Join(dir, filepath.FromSlash(ref.String()))
-	if err := os.MkdirAll(filepath.Dir(refPath), 0o777); err != nil {
-		return reject(err)
-	}
-	lock, err := os.OpenFile(refPath+".lock", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if errors.Is(err, fs.ErrExist) {
-		// Another writer is moving the ref now: nothing landed, and
-		// whether the ref moves is not known yet. Like a lost
-		// connection, the caller fetches and tries again.
-		return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s: another writer holds %s.lock; try again", ref, ref)}
-	}
-	if err != nil {
-		return reject(err)
-	}
-	renamed := false
-	defer func() {
-		lock.Close()
-		if !renamed {
-			os.Remove(refPath + ".lock")
+	} else {
+		if err := takeLock(); err != nil {
+			return err
 		}
-	}()
-	cur, err := readLocalRef(dir, refPath, ref)
-	if err != nil {
-		return reject(err)
-	}
-	if cur != old {
-		return &MovedError{Status: fmt.Sprintf("%s is at %s, not %s", ref, cur, old)}
-	}
-	if _, err := lock.WriteString(new.String() + "\n"); err != nil {
-		return reject(err)
-	}
-	if err := lock.Sync(); err != nil {
-		return reject(err)
+		if err := lock.Sync(); err != nil {
+			return reject(err)
+		}
 	}
 	if err := lock.Close(); err != nil {
 		return reject(err)

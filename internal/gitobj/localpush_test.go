@@ -75,6 +75,8 @@ func TestPushLocalInProcess(t *testing.T) {
 		gittest.InitBare(t, dst)
 		c1, err := e.push(dst, ref, plumbing.ZeroHash, plumbing.ZeroHash, map[string]string{"a/one": "1"})
 		require.NoError(t, err)
+		_, err = gittest.Run(t, dst, nil, "cat-file", "-e", c1.String())
+		require.NoError(t, err, "the ref moved to objects that were not written")
 		c2, err := e.push(dst, ref, c1, c1, map[string]string{"a/two": "2"})
 		require.NoError(t, err)
 		assert.Equal(t, c2.String(), revParse(t, dst, ref.String()))

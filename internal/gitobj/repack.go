@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
@@ -170,7 +170,7 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 			add(o.h, uint64(off), crc)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,9 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 
 // writeIndexedPack writes a pack of n whole objects, given by fill, into
 // dir with its version 2 index, both synced before they are renamed into
-// place, and returns its name. The index is made from the offsets and
+// place, and returns its name. beforeSync, if not nil, runs once both are
+// written and before they are synced; the files it returns are synced
+// with them, and its error is returned as it is. The index is made from the offsets and
 // CRCs fill reports, not by parsing the pack again.
 //
 // The index goes into place first and the pack last, as go-git's own
@@ -218,8 +220,9 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 // lookup "object not found"). While it runs without the readers' lock, a
 // writer only adds whole files to the pack directory; packs leave it only
 // in the swap, under the lock.
-func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h plumbing.Hash, off uint64, crc uint32)) error) (plumbing.Hash, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dir), tempPrefixes[0])
+func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h plumbing.Hash, off uint64, crc uint32)) error, beforeSync func() ([]*os.File, error)) (plumbing.Hash, error) {
+	parent := filepath.Dir(dir)
+	tmp, err := os.CreateTemp(parent, tempPrefixes[0])
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -239,22 +242,43 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	if err := tmp.Sync(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if err := tmp.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
 	iw.OnFooter(name)
 	idx, err := iw.Index()
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
+	idxTmp, err := os.CreateTemp(parent, tempPrefixes[1])
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer os.Remove(idxTmp.Name())
+	defer idxTmp.Close()
+	bw := bufio.NewWriter(idxTmp)
+	if _, err := idxfile.NewEncoder(bw).Encode(idx); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := bw.Flush(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	sync := []*os.File{tmp, idxTmp}
+	if beforeSync != nil {
+		more, err := beforeSync()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		sync = append(sync, more...)
+	}
+	// Pack, index and the caller's files are synced at once: a
+	// journaling file system commits concurrent fsyncs together, so
+	// they cost about one fsync's wait instead of one each.
+	if err := syncFiles(sync...); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := errors.Join(tmp.Close(), idxTmp.Close()); err != nil {
+		return plumbing.ZeroHash, err
+	}
 	base := filepath.Join(dir, "pack-"+name.String())
-	if err := writeFileSynced(base+".idx", filepath.Dir(dir), func(w io.Writer) error {
-		_, err := idxfile.NewEncoder(w).Encode(idx)
-		return err
-	}); err != nil {
+	if err := os.Rename(idxTmp.Name(), base+".idx"); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	if err := os.Rename(tmp.Name(), base+".pack"); err != nil {
@@ -263,13 +287,28 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 	return name, syncPath(dir)
 }
 
+// syncFiles fsyncs files concurrently and waits for all of them.
+func syncFiles(files ...*os.File) error {
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		if i == 0 {
+			continue
+		}
+		wg.Go(func() { errs[i] = f.Sync() })
+	}
+	errs[0] = files[0].Sync()
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // AddPack writes the objects hashes of st into d as one new pack with its
 // index (both synced before they are renamed into place, the index last)
 // and returns the pack's name. d finds it on the next miss.
 func (d *Dir) AddPack(st storer.EncodedObjectStorer, hashes []plumbing.Hash) (plumbing.Hash, error) {
 	return writeIndexedPack(filepath.Join(d.dir, "pack"), len(hashes), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
 		return pw.addObjects(st, hashes, add)
-	})
+	}, nil)
 }
 
 // tempPrefixes name the temporary files writeIndexedPack and
@@ -312,31 +351,6 @@ func removeTempFiles(dir string) error {
 		}
 	}
 	return nil
-}
-
-// writeFileSynced writes name through a synced temporary file in tmpDir
-// (on the same file system) renamed into place.
-func writeFileSynced(name, tmpDir string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(tmpDir, tempPrefixes[1])
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	bw := bufio.NewWriter(tmp)
-	if err := write(bw); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), name)
 }
 
 // syncPath fsyncs a file or directory.

@@ -28,6 +28,7 @@ import (
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 
+	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/internal/gitobj"
 )
 
@@ -148,6 +149,11 @@ type Store struct {
 	// time (repackBusy); Close waits for it.
 	repacking  sync.WaitGroup
 	repackBusy atomic.Bool
+
+	// gmu guards waiting: the Appends waiting for mu, which whoever
+	// holds mu next writes as one group commit.
+	gmu     sync.Mutex
+	waiting []*pendingAppend
 
 	mu     sync.Mutex
 	tip    plumbing.Hash // last remote tip fetched or pushed, verified to descend from the one before
@@ -339,8 +345,146 @@ func (s *Store) Close() error {
 // Append fetches, rebuilds on the new tip (ErrExists again if a path now
 // exists) and retries, within StoreOptions.Timeout. It never forces.
 // It returns the new commit's hash once the remote has accepted it.
+//
+// Appends that arrive while another is being written are committed
+// together (group commit): whoever takes the store next writes all that
+// are waiting as one signed commit and one push, and each of them returns
+// only once that commit has landed, so a caller's own step is still
+// durable before its next effect. When a path of one of them exists (on
+// the tip, or in another of the group), each is written on its own, in
+// the order they arrived: only that one fails with ErrExists. A group's
+// retries stop when every member's context is done, or after Timeout.
 func (s *Store) Append(ctx context.Context, message string, files []File) (string, error) {
-	return s.append(ctx, message, files, nil)
+	if len(files) == 0 {
+		return "", fmt.Errorf("%w: no files to append", ErrInvalidPath)
+	}
+	if _, err := newChangeTree(files); err != nil {
+		return "", err
+	}
+	p := &pendingAppend{ctx: ctx, message: message, files: files}
+	s.gmu.Lock()
+	s.waiting = append(s.waiting, p)
+	s.gmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !p.done { // else a group that held the store meanwhile wrote it
+		s.gmu.Lock()
+		group := s.waiting
+		s.waiting = nil
+		s.gmu.Unlock()
+		s.appendGroup(group)
+	}
+	if !p.done { // appendGroup answers every member it takes
+		return "", errors.New("evidence: append: returned without being written")
+	}
+	return p.commit, p.err
+}
+
+// pendingAppend is an Append waiting for the store: done, commit and err
+// are set, under s.mu, by the append that writes it.
+type pendingAppend struct {
+	ctx     context.Context
+	message string
+	files   []File
+	done    bool
+	commit  string
+	err     error
+}
+
+func (p *pendingAppend) finish(commit string, err error) {
+	p.done, p.commit, p.err = true, commit, err
+}
+
+// appendGroup writes the appends of group, in one commit when it can
+// (see Append). The caller holds s.mu.
+func (s *Store) appendGroup(group []*pendingAppend) {
+	live := make([]*pendingAppend, 0, len(group))
+	for _, p := range group {
+		if err := p.ctx.Err(); err != nil {
+			p.finish("", err) // gave up while waiting: nothing written
+			continue
+		}
+		live = append(live, p)
+	}
+	if len(live) > 1 {
+		var all []File
+		for _, p := range live {
+			all = append(all, p.files...)
+		}
+		if root, err := newChangeTree(all); err == nil {
+			ctx, stop := groupContext(live)
+			commit, err := s.commitLocked(ctx, groupMessage(live), root, nil, nil)
+			stop()
+			if !errors.Is(err, ErrExists) {
+				if err == nil {
+					// Landed, and no member knows it yet.
+					crash.Point("after-group-commit")
+				}
+				for _, p := range live {
+					p.finish(commit, err)
+				}
+				return
+			}
+		}
+		// Two of them write one path, or one writes a path the tip
+		// has: each on its own, so that only that one fails.
+	}
+	for _, p := range live {
+		root, err := newChangeTree(p.files)
+		if err == nil {
+			var commit string
+			commit, err = s.commitLocked(p.ctx, appendMessage(p.message, len(p.files)), root, nil, nil)
+			p.finish(commit, err)
+			continue
+		}
+		p.finish("", err)
+	}
+}
+
+// groupContext is done once every member's context is done; stop
+// releases it.
+func groupContext(group []*pendingAppend) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
+	var left atomic.Int32
+	left.Store(int32(len(group)))
+	stops := make([]func() bool, len(group))
+	for i, p := range group {
+		stops[i] = context.AfterFunc(p.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// appendMessage is an append's commit message: message, or a default,
+// ending in a newline.
+func appendMessage(message string, files int) string {
+	if message == "" {
+		message = fmt.Sprintf("evidence: append %d files", files)
+	}
+	if !strings.HasSuffix(message, "\n") {
+		message += "\n"
+	}
+	return message
+}
+
+// groupMessage is the commit message of a group commit: a summary line,
+// then each member's message in the order they arrived.
+func groupMessage(group []*pendingAppend) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "evidence: %d appends in one commit\n", len(group))
+	for _, p := range group {
+		b.WriteString("\n")
+		b.WriteString(appendMessage(p.message, len(p.files)))
+	}
+	return b.String()
 }
 
 // StaleTipError is AppendAt's refusal: the branch is at Tip, not at Base,
@@ -389,8 +533,7 @@ func (s *Store) AppendAt(ctx context.Context, message, base string, files []File
 	return s.append(ctx, message, files, &h)
 }
 
-// append commits files on the tip (Append) or, when base is set, only on
-// *base (AppendAt).
+// append commits files only on *base (AppendAt).
 func (s *Store) append(ctx context.Context, message string, files []File, base *plumbing.Hash) (string, error) {
 	if len(files) == 0 {
 		return "", fmt.Errorf("%w: no files to append", ErrInvalidPath)
@@ -399,14 +542,15 @@ func (s *Store) append(ctx context.Context, message string, files []File, base *
 	if err != nil {
 		return "", err
 	}
-	if message == "" {
-		message = fmt.Sprintf("evidence: append %d files", len(files))
-	}
-	if !strings.HasSuffix(message, "\n") {
-		message += "\n"
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.commitLocked(ctx, appendMessage(message, len(files)), root, files, base)
+}
+
+// commitLocked commits root on the tip, or only on *base when base is set
+// (files are then root's, for StaleTipError), pushes it and retries as
+// Append describes. The caller holds s.mu.
+func (s *Store) commitLocked(ctx context.Context, message string, root *gitobj.Changes, files []File, base *plumbing.Hash) (string, error) {
 	if s.closed {
 		return "", errors.New("evidence: store is closed")
 	}

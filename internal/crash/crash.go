@@ -74,3 +74,11 @@ var StandingPoints = []string{
 var KubePoints = []string{
 	"after-reservation",
 }
+
+// EvidencePoints are the crash points of the evidence store:
+// "after-group-commit" fires once a commit holding several appends has
+// landed, before any of their callers is answered (evidence
+// TestGroupCommitCrash).
+var EvidencePoints = []string{
+	"after-group-commit",
+}

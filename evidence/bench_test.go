@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -397,6 +398,42 @@ func BenchmarkConcurrentWriters(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(writers*b.N)/b.Elapsed().Seconds(), "appends/s")
 			require.Equal(b, fmt.Sprint(writers*b.N), gittest.Git(b, dir, "rev-list", "--count", DefaultBranch), "an append was lost or duplicated")
+		})
+	}
+}
+
+// BenchmarkGroupCommit: callers appending to one store at once (a
+// reconciler's concurrent runs), each append a run's 20 documents, to a
+// bare repository on local disk (written in process). With one caller
+// every append is its own commit and push; with several, the appends that
+// wait while one is written are written together (group commit).
+// Reports appends/s and appends per commit.
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, callers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			remote := bareRemote(b)
+			signer, _ := testSigner(b)
+			s := openStore(b, testOptions(b, remote, signer))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for range b.N {
+						if _, err := s.Append(b.Context(), "bench", nextRun()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			commits, err := strconv.Atoi(gittest.Git(b, remote, "rev-list", "--count", DefaultBranch))
+			require.NoError(b, err)
+			files := strings.Count(gittest.Git(b, remote, "ls-tree", "-r", "--name-only", DefaultBranch), "\n") + 1
+			require.Equal(b, callers*b.N*(benchDocs+1), files, "an append was lost or duplicated")
+			b.ReportMetric(float64(callers*b.N)/b.Elapsed().Seconds(), "appends/s")
+			b.ReportMetric(float64(callers*b.N)/float64(commits), "appends/commit")
 		})
 	}
 }

@@ -1,0 +1,152 @@
+package reconciler_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/testenv"
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/specs"
+)
+
+// startupChildEnv holds the JSON startupJob a TestStartupChild child runs.
+const startupChildEnv = "SIGNET_TEST_STARTUP_CHILD"
+
+// startupJob is what the start-up child does: a reconciler over a clone
+// of an evidence branch, its spec repository and state directory.
+type startupJob struct {
+	Config *reconciler.Config `json:"config"`
+	Out    string             `json:"out"`
+}
+
+// startupFigures is what the child measured.
+type startupFigures struct {
+	StartupSeconds float64 `json:"startupSeconds"` // Build and Recover
+	PassSeconds    float64 `json:"passSeconds"`    // one no-op pass
+	HeapBytes      uint64  `json:"heapBytes"`      // live heap after the pass, after a GC
+	PeakRSSBytes   uint64  `json:"peakRSSBytes"`   // VmHWM of the child
+}
+
+// BenchmarkStartup is a reconciler's start-up (Build, Recover) and one
+// no-op pass over an evidence branch that already holds N finished runs
+// of its own cluster (evidencetest's synthetic branch: 12 signed
+// documents per run, generated once and cached under the temporary
+// directory), in a child process of its own so that its peak RSS is its
+// own. SIGNET_BENCH_STARTUP_RUNS sets N (default 200; issue 19's goal is
+// ≤ 256 MiB at 10^5). Reports startup-s, pass-s, heap-MiB (live, after
+// the pass), peak-RSS-MiB and heap-KiB/run (live heap over N).
+func BenchmarkStartup(b *testing.B) {
+	runs := 200
+	if v := os.Getenv("SIGNET_BENCH_STARTUP_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "SIGNET_BENCH_STARTUP_RUNS")
+		runs = n
+	}
+	s, err := evidencetest.SynthesizeCached(b.Context(), runs, 4)
+	require.NoError(b, err)
+	cache := filepath.Dir(s.Remote)
+	var fig startupFigures
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		remote := filepath.Join(dir, "evidence.git")
+		gittest.Git(b, "", "clone", "-q", "--bare", s.Remote, remote)
+		tip := gittest.Git(b, remote, "rev-parse", evidence.DefaultBranch)
+		// The synthetic runs' cluster: the one directory under ids/.
+		cluster := gittest.Git(b, remote, "ls-tree", "--name-only", evidence.DefaultBranch+":ids")
+		require.NotContains(b, cluster, "\n", "the synthetic branch holds runs of more than one cluster")
+		spec := testenv.NewRepo(b)
+		cfg := &reconciler.Config{
+			TypeMeta:    specs.TypeMeta{APIVersion: specs.APIVersion, Kind: reconciler.KindConfig},
+			Cluster:     cluster,
+			Spec:        reconciler.SourceConfig{URL: spec.Dir, Branch: "main"},
+			Evidence:    reconciler.EvidenceConfig{SourceConfig: reconciler.SourceConfig{URL: remote}, PinnedTip: tip},
+			TrustPolicy: filepath.Join(cache, "trust.yaml"),
+			SigningKey:  filepath.Join(cache, "reconciler.pem"),
+			StateDir:    filepath.Join(dir, "state"),
+			Interval:    1,
+			Backends:    reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(dir, "work")}},
+		}
+		job, err := json.Marshal(startupJob{Config: cfg, Out: filepath.Join(dir, "figures.json")})
+		require.NoError(b, err)
+		cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run", "^TestStartupChild$")
+		cmd.Env = append(os.Environ(), startupChildEnv+"="+string(job))
+		b.StartTimer()
+		out, err := cmd.CombinedOutput()
+		b.StopTimer()
+		require.NoError(b, err, "start-up child:\n%s", out)
+		raw, err := os.ReadFile(filepath.Join(dir, "figures.json"))
+		require.NoError(b, err, "start-up child:\n%s", out)
+		require.NoError(b, json.Unmarshal(raw, &fig))
+		b.StartTimer()
+	}
+	const mib = 1 << 20
+	b.ReportMetric(float64(s.Runs), "runs")
+	b.ReportMetric(fig.StartupSeconds, "startup-s")
+	b.ReportMetric(fig.PassSeconds, "pass-s")
+	b.ReportMetric(float64(fig.HeapBytes)/mib, "heap-MiB")
+	b.ReportMetric(float64(fig.PeakRSSBytes)/mib, "peak-RSS-MiB")
+	b.ReportMetric(float64(fig.HeapBytes)/1024/float64(s.Runs), "heap-KiB/run")
+}
+
+// TestStartupChild is BenchmarkStartup's child; without its job it does
+// nothing.
+func TestStartupChild(t *testing.T) {
+	raw := os.Getenv(startupChildEnv)
+	if raw == "" {
+		return // only BenchmarkStartup's child runs it
+	}
+	var job startupJob
+	require.NoError(t, json.Unmarshal([]byte(raw), &job))
+	start := time.Now()
+	sec, err := reconciler.LoadSecrets(job.Config)
+	require.NoError(t, err)
+	r, store, err := reconciler.Build(t.Context(), job.Config, sec, slog.New(slog.DiscardHandler), nil, reconciler.Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Recover(t.Context()))
+	startup := time.Since(start)
+	start = time.Now()
+	res, err := r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, res.Admitted, "the pass admitted a request")
+	pass := time.Since(start)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fig := startupFigures{StartupSeconds: startup.Seconds(), PassSeconds: pass.Seconds(), HeapBytes: ms.HeapAlloc, PeakRSSBytes: vmHWM(t)}
+	b, err := json.Marshal(fig)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(job.Out, b, 0o644))
+	runtime.KeepAlive(r)
+	_ = store.Close()
+}
+
+// vmHWM is this process's peak resident set size.
+func vmHWM(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb uint64
+			_, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			require.NoError(t, err)
+			return kb * 1024
+		}
+	}
+	t.Fatal("/proc/self/status: no VmHWM")
+	return 0
+}

@@ -85,13 +85,26 @@ func TestMPIJobKueueE2E(t *testing.T) {
 		c.Check.Workload.Queue = gpuQueue
 		return c
 	}
-	// block takes the queue's 16 GPUs with a Job Kueue admits at priority
-	// (a WorkloadPriorityClass name, or "" for 0); its pods never run.
-	block := func(t *testing.T, name, priority string) {
+	// block takes the queue's 16 GPUs with a Job of priority (a
+	// WorkloadPriorityClass name, or "" for 0); its pods never run. With
+	// admitted, it returns once Kueue has admitted the Job: a check created
+	// earlier could take the quota first.
+	block := func(t *testing.T, name, priority string, admitted bool) {
 		job := quotaJob(name, priority)
 		_, err := env.Client.BatchV1().Jobs("signet").Create(ctx, job, metav1.CreateOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { deleteJob(env, name) })
+		if !admitted {
+			return
+		}
+		require.Eventually(t, func() bool {
+			for _, w := range k.Workloads(ctx, "signet") {
+				if strings.HasPrefix(w.GetName(), "job-"+name+"-") && kubetest.Condition(&w, "Admitted") == "True" {
+					return true
+				}
+			}
+			return false
+		}, time.Minute, 100*time.Millisecond, "Kueue admits Job %s", name)
 	}
 	runAsync := func(c *backend.CheckRun) <-chan runResult {
 		ch := make(chan runResult, 1)
@@ -124,7 +137,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 
 	t.Run("suspended by Kueue while the quota is taken, resumed when it frees, then Pass", func(t *testing.T) {
 		reserve(t, "resume")
-		block(t, "hog", "")
+		block(t, "hog", "", true)
 		c := check("resume", mpiPassScript("Pass", 0), 3*time.Minute)
 		done := runAsync(c)
 		waiting(t, c)
@@ -175,7 +188,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 
 	t.Run("still suspended at the deadline: Error, waiting for capacity", func(t *testing.T) {
 		reserve(t, "starved")
-		block(t, "hog2", "")
+		block(t, "hog2", "", true)
 		c := check("starved", mpiPassScript("Pass", 0), 10*time.Second)
 		rep, err := b.Run(ctx, c)
 		require.NoError(t, err)
@@ -183,6 +196,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 		for _, pr := range rep.Participants {
 			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
 			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			t.Logf("%s: %s", pr.Node, pr.Termination.Reason)
 			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "waiting for capacity: "), pr.Termination.Reason)
 			assert.True(t, pr.Termination.DeadlineExceeded)
 			assert.Nil(t, pr.Result)
@@ -194,7 +208,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 
 	t.Run("suspended again by Kueue's preemption once running: Error, never rerun", func(t *testing.T) {
 		reserve(t, "victim")
-		c := check("victim", "#!/bin/sh\nsleep 120\n", 4*time.Minute)
+		c := check("victim", "#!/bin/sh\nsleep 120\n", time.Minute)
 		done := runAsync(c)
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			var running int
@@ -205,23 +219,32 @@ func TestMPIJobKueueE2E(t *testing.T) {
 			}
 			assert.Equal(ct, 1, running)
 		}, 2*time.Minute, 200*time.Millisecond, "the launcher runs")
-		block(t, "preemptor", "high")
+		job, err := jobs.Get(ctx, MPIJobName(c.Run, c.Index), metav1.GetOptions{})
+		require.NoError(t, err)
+		uid := job.GetUID()
+		block(t, "preemptor", "high", false)
 		var r runResult
 		select {
 		case r = <-done:
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("the preempted check still observed after 2m; kueue log:\n%s", k.LogTail(4000))
+		case <-time.After(90 * time.Second):
+			t.Fatalf("the preempted check still observed after 90s; kueue log:\n%s", k.LogTail(4000))
 		}
 		require.NoError(t, r.err)
 		require.Len(t, r.rep.Participants, 2)
 		for _, pr := range r.rep.Participants {
 			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
 			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			t.Logf("%s: %s", pr.Node, pr.Termination.Reason)
 			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "stopped by Kueue: "), pr.Termination.Reason)
 			assert.Contains(t, pr.Termination.Reason, "Preempted")
 			assert.Nil(t, pr.Result)
 		}
 		assert.True(t, suspended(t, c), "Kueue suspended the MPIJob")
+		// signet never creates the MPIJob again: the one left is the one
+		// it created, for Cleanup.
+		job, err = jobs.Get(ctx, MPIJobName(c.Run, c.Index), metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, uid, job.GetUID(), "MPIJob not recreated")
 		cleanup(t, c)
 	})
 }

@@ -197,7 +197,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
 			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
 			t.Logf("%s: %s", pr.Node, pr.Termination.Reason)
-			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "waiting for capacity: "), pr.Termination.Reason)
+			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "waiting for capacity: "), "waiting for capacity first, not: %s", pr.Termination.Reason)
 			assert.True(t, pr.Termination.DeadlineExceeded)
 			assert.Nil(t, pr.Result)
 		}
@@ -235,7 +235,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
 			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
 			t.Logf("%s: %s", pr.Node, pr.Termination.Reason)
-			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "stopped by Kueue: "), pr.Termination.Reason)
+			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "stopped by Kueue: "), "stopped by Kueue first, not: %s", pr.Termination.Reason)
 			assert.Contains(t, pr.Termination.Reason, "Preempted")
 			assert.Nil(t, pr.Result)
 		}

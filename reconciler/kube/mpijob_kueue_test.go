@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -49,7 +50,9 @@ func TestMPIJobKueueE2E(t *testing.T) {
 		name string
 		gpus int64
 	}{{"gpu-1", 8}, {"gpu-2", 8}, {"cpu-1", 0}} {
-		nodes[n.name] = env.CreateNode(ctx, kubetest.NodeOptions{Name: n.name, GPUs: n.gpus, Labels: map[string]string{poolLabel: "gpu"}})
+		nodes[n.name] = env.CreateNode(ctx, kubetest.NodeOptions{Name: n.name, GPUs: n.gpus, Labels: map[string]string{
+			poolLabel: "gpu", blockLabel: "a", rackLabel: "a1",
+		}})
 	}
 	// The default integrations: batch/job, pod (the harness probes its
 	// webhook) and kubeflow.org/mpijob.
@@ -58,6 +61,11 @@ func TestMPIJobKueueE2E(t *testing.T) {
 	k.CreateClusterQueue(ctx, kubetest.ClusterQueueOptions{Name: "gpu-cq", Flavor: "gpu", GPUs: 16, PreemptWithinClusterQueue: "LowerPriority"})
 	k.CreateLocalQueue(ctx, "signet", gpuQueue, "gpu-cq")
 	k.CreateWorkloadPriorityClass(ctx, "high", 1000)
+	// A second queue over the same nodes with topology-aware scheduling.
+	k.CreateTopology(ctx, "gpu-topology", blockLabel, rackLabel, "kubernetes.io/hostname")
+	k.CreateResourceFlavor(ctx, "gpu-tas", map[string]string{poolLabel: "gpu"}, "gpu-topology")
+	k.CreateClusterQueue(ctx, kubetest.ClusterQueueOptions{Name: "tas-cq", Flavor: "gpu-tas", GPUs: 16})
+	k.CreateLocalQueue(ctx, "signet", "tas-queue", "tas-cq")
 
 	log := &syncBuffer{}
 	b := NewMPIJobBackend(env.Dynamic(), env.Client, MPIJobOptions{
@@ -204,6 +212,37 @@ func TestMPIJobKueueE2E(t *testing.T) {
 		assert.True(t, suspended(t, c))
 		cleanup(t, c)
 		deleteJob(env, "hog2")
+	})
+
+	// Kueue v0.17.0's topology-aware scheduling leaves cordoned nodes out
+	// of every topology domain (its TAS node cache keeps only schedulable,
+	// Ready nodes), and signet's reservation cordons the participants: a
+	// check asking for a topology level is never admitted on its reserved
+	// nodes (Kueue's condition then reads "failed to assign flavors to pod
+	// set launcher: no TAS flavor assigned"; the same check on the same
+	// nodes uncordoned is admitted). It waits for capacity and is an Error
+	// at its deadline, never a Pass (decisions.md, issue 18).
+	t.Run("topology-aware queue on cordoned participants: never admitted, Error waiting for capacity", func(t *testing.T) {
+		reserve(t, "tas")
+		c := check("tas", mpiPassScript("Pass", 0), 15*time.Second)
+		c.Check.Workload.Queue, c.Check.Workload.RequiredTopologyLevel = "tas-queue", blockLabel
+		rep, err := b.Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			assert.True(t, strings.HasPrefix(pr.Termination.Reason, "waiting for capacity: "), "waiting for capacity first, not: %s", pr.Termination.Reason)
+			assert.Nil(t, pr.Result)
+		}
+		for _, w := range k.Workloads(ctx, "signet") {
+			if strings.Contains(w.GetName(), "signet-tas-") {
+				st, _ := json.Marshal(conditionsOf(&w))
+				t.Logf("workload %s: %s", w.GetName(), st)
+				assert.NotEqual(t, "True", kubetest.Condition(&w, "Admitted"), "Kueue admitted %s", w.GetName())
+			}
+		}
+		cleanup(t, c)
 	})
 
 	t.Run("suspended again by Kueue's preemption once running: Error, never rerun", func(t *testing.T) {

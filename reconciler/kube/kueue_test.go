@@ -279,6 +279,90 @@ func TestPodBackendKueueE2E(t *testing.T) {
 		e.cleanup(t, small)
 	})
 
+	// The pod backend's deadline and cancel cases (TestPodBackendE2E) for
+	// a pod group Kueue admitted: its pods run, ungated, and Kueue's
+	// finalizers do not keep Cleanup from removing them.
+	t.Run("an admitted pod group still running at the deadline is an Error", func(t *testing.T) {
+		c := e.checkRun("late", "#!/bin/sh\nsleep 120\n", 1, 20*time.Second, e.blockB[:2])
+		done := e.runAsync(c)
+		e.waitRunning(t, c)
+		var r runResult
+		select {
+		case r = <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return within 40s of the deadline")
+		}
+		require.NoError(t, r.err)
+		require.Len(t, r.rep.Participants, 2)
+		for _, p := range r.rep.Participants {
+			out := evaluate(c, p)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", p.Node, out.Reason)
+			assert.True(t, p.Termination.DeadlineExceeded, p.Node)
+			assert.Contains(t, out.Reason, "still Running at the check deadline")
+			assert.NotContains(t, out.Reason, "waiting for capacity", "admitted, not waiting")
+			assert.Nil(t, p.Result)
+		}
+		for _, p := range e.pods(t, c) {
+			assert.Equal(t, "true", p.Labels["kueue.x-k8s.io/managed"], "pod %s managed by Kueue", p.Name)
+		}
+		e.cleanup(t, c)
+	})
+
+	t.Run("an admitted pod group whose observation is canceled is Canceled", func(t *testing.T) {
+		c := e.checkRun("cancel", "#!/bin/sh\nsleep 120\n", 1, 3*time.Minute, e.blockB[:2])
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan runResult, 1)
+		go func() {
+			rep, err := e.b.Run(ctx, c)
+			done <- runResult{rep, err}
+		}()
+		e.waitRunning(t, c)
+		cancel()
+		r := <-done
+		require.NoError(t, r.err)
+		require.Len(t, r.rep.Participants, 2)
+		for _, p := range r.rep.Participants {
+			assert.True(t, p.Termination.Canceled, "%s: %+v", p.Node, p.Termination)
+			assert.Equal(t, specs.VerdictCanceled, evaluate(c, p).Verdict, p.Node)
+			assert.Nil(t, p.Result)
+		}
+		e.cleanup(t, c)
+	})
+
+	t.Run("a pod group Kueue never admits before the deadline is an Error, waiting for capacity", func(t *testing.T) {
+		// hog takes the queue's 16 GPUs for the whole case.
+		hog := preemptorJob("hog", 2, 8)
+		delete(hog.Labels, "kueue.x-k8s.io/priority-class")
+		_, err := e.env.Client.BatchV1().Jobs("default").Create(t.Context(), hog, metav1.CreateOptions{})
+		require.NoError(t, err)
+		defer func() {
+			bg := metav1.DeletePropagationBackground
+			_ = e.env.Client.BatchV1().Jobs("default").Delete(context.Background(), hog.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+		}()
+		require.Eventually(t, func() bool {
+			for _, w := range e.kueue.Workloads(t.Context(), "default") {
+				if strings.HasPrefix(w.GetName(), "job-hog-") && kubetest.Condition(&w, "Admitted") == "True" {
+					return true
+				}
+			}
+			return false
+		}, time.Minute, 200*time.Millisecond, "Kueue admits hog")
+
+		c := e.checkRun("starved", resultScript, 1, 10*time.Second, e.blockB[:2])
+		rep, err := e.b.Run(t.Context(), c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 2)
+		for _, p := range rep.Participants {
+			out := evaluate(c, p)
+			assert.Equal(t, specs.VerdictError, out.Verdict, "%s: %s", p.Node, out.Reason)
+			assert.True(t, p.Termination.DeadlineExceeded, p.Node)
+			assert.True(t, strings.HasPrefix(p.Termination.Reason, `waiting for capacity: queue "gpu-queue" had not admitted pod`), p.Termination.Reason)
+			assert.Nil(t, p.Result)
+		}
+		e.cleanup(t, c)
+	})
+
 	t.Run("a check preempted by Kueue is an Error with Kueue's reason, never rerun", func(t *testing.T) {
 		victim := e.checkRun("victim", "#!/bin/sh\nsleep 120\n", 2, 5*time.Minute, e.blockA)
 		done := e.runAsync(victim)

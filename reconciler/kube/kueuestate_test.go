@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,7 +33,10 @@ func TestKueueStates(t *testing.T) {
 		assert.True(t, gatedByKueue([]*watched{w}))
 		pr := b.participantReport(t.Context(), c, 0, w, true, false)
 		assert.True(t, pr.Termination.DeadlineExceeded)
-		assert.Contains(t, pr.Termination.Reason, `waiting for capacity: queue "gpu-queue" had not admitted pod`)
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "SchedulingGated"}}
+		pr = b.participantReport(t.Context(), c, 0, w, true, false)
+		assert.True(t, strings.HasPrefix(pr.Termination.Reason, `waiting for capacity: queue "gpu-queue" had not admitted pod`), "the cause leads: %s", pr.Termination.Reason)
+		assert.Contains(t, pr.Termination.Reason, "SchedulingGated")
 		assert.Equal(t, specs.VerdictError, evaluate(c, pr).Verdict)
 
 		p.Spec.SchedulingGates = nil

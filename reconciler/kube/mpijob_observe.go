@@ -36,6 +36,14 @@ type observation struct {
 	foreign []string
 	failed  string // the MPIJob's Failed condition, when set
 	gone    string // why the job counts as gone behind signet's back
+	// suspended is the MPIJob's spec.runPolicy.suspend: Kueue holds a job
+	// of a queue suspended until it admits it, and suspends it again to
+	// evict it.
+	suspended bool
+	// held, when set, is Kueue's part in how the observation ended
+	// (waiting for capacity, or stopped by Kueue): it leads the reason,
+	// before any coverage problem it caused.
+	held string
 }
 
 // observe polls until the launcher is terminal, c.Deadline, ctx's end, or
@@ -44,6 +52,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	name := MPIJobName(c.Run, c.Index)
 	var last observation
 	var seenLauncher bool
+	// admitted: the job was seen unsuspended (its queue admitted it, or it
+	// has none); waiting: it is suspended and has not been yet.
+	var admitted, waiting bool
+	queue := workload(c).Queue
 	pins := map[string]types.UID{} // pod name → the UID first seen
 	// The rendered templates every launcher and worker is compared with on
 	// every poll (issue 21, finding 5). Run rendered c already, so this
@@ -91,6 +103,37 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 				log.Warn("mpijob gone", "reason", term.Reason)
 				return b.report(ctx, c, started, last, tpls, term, nil, log)
 			}
+			if ob.suspended {
+				if admitted || seenLauncher || len(ob.workers) > 0 || ob.launcher != nil {
+					// Suspended again once it ran (Kueue evicts a job by
+					// suspending it; the operator then deletes its pods):
+					// the check is stopped, never Pass, never rerun.
+					if len(ob.workers) > 0 || ob.launcher != nil {
+						last = ob
+					}
+					last.held = b.suspendedAgain(ctx, name, uid, queue)
+					log.Warn("mpijob stopped", "reason", last.held)
+					term, _, _ := launcherState(last.launcher)
+					term.Exited, term.ExitCode, term.Signal = false, 0, ""
+					term.Started = seenLauncher
+					term.Reason = mpiJoinReasons(last.held, term.Reason)
+					return b.report(ctx, c, started, last, tpls, term, nil, log)
+				}
+				if queue == "" {
+					ob.gone = "MPIJob " + name + " was suspended behind signet's back (spec.runPolicy.suspend true) and the check names no queue"
+					log.Warn("mpijob gone", "reason", ob.gone)
+					return b.report(ctx, c, started, last, tpls, specs.Termination{Reason: ob.gone}, nil, log)
+				}
+				if !waiting {
+					log.Info("check waiting for capacity: its queue has not admitted the MPIJob yet", "queue", queue)
+				}
+				waiting = true
+			} else {
+				if waiting {
+					log.Info("check admitted by its queue", "queue", queue)
+				}
+				waiting, admitted = false, true
+			}
 			last = ob
 			if ob.launcher != nil {
 				seenLauncher = true
@@ -114,6 +157,11 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 			term, res, _ := launcherState(last.launcher)
 			term.DeadlineExceeded = true
 			term.Reason = mpiJoinReasons(term.Reason, "launcher not terminal at the check's deadline "+c.Deadline.UTC().Format(time.RFC3339))
+			if waiting {
+				last.held = fmt.Sprintf("waiting for capacity: queue %q had not admitted MPIJob %s (spec.runPolicy.suspend true) at the check deadline %s",
+					queue, name, c.Deadline.UTC().Format(time.RFC3339))
+				term.Reason = mpiJoinReasons(last.held, term.Reason)
+			}
 			return b.report(ctx, c, started, last, tpls, term, res, log)
 		}
 		wait := min(b.o.PollInterval, max(time.Until(c.Deadline), time.Millisecond))
@@ -168,6 +216,7 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 		ob.gone = "MPIJob " + name + " is being deleted behind signet's back"
 		return ob, nil
 	}
+	ob.suspended, _, _ = unstructured.NestedBool(job.Object, "spec", "runPolicy", "suspend")
 	conds, _, _ := unstructured.NestedSlice(job.Object, "status", "conditions")
 	for _, cv := range conds {
 		m, _ := cv.(map[string]any)
@@ -328,7 +377,13 @@ func (b *MPIJobBackend) report(ctx context.Context, c *backend.CheckRun, started
 	}
 	if len(problems) > 0 && !term.Canceled {
 		why := "coverage: " + strings.Join(problems, "; ")
-		term.Reason = mpiJoinReasons(why, term.Reason)
+		if ob.held != "" {
+			// Kueue's hold is the cause; the coverage it left is the
+			// consequence.
+			term.Reason = mpiJoinReasons(term.Reason, why)
+		} else {
+			term.Reason = mpiJoinReasons(why, term.Reason)
+		}
 		if term.Exited {
 			term.ResultRefused = why
 		}

@@ -470,8 +470,9 @@ func (b *PodBackend) participantReport(ctx context.Context, c *backend.CheckRun,
 		notes = append([]string{lost}, notes...)
 	case !terminal && deadlinePassed && kueueGate(p) != "":
 		term.DeadlineExceeded = true
-		notes = append(notes, fmt.Sprintf("waiting for capacity: queue %q had not admitted pod %s (scheduling gate %s) at the check deadline %s",
-			workload(c).Queue, p.Name, kueueGate(p), c.Deadline.UTC().Format(time.RFC3339)))
+		// The cause leads; the pod's own notes (unscheduled: gated) follow.
+		notes = append([]string{fmt.Sprintf("waiting for capacity: queue %q had not admitted pod %s (scheduling gate %s) at the check deadline %s",
+			workload(c).Queue, p.Name, kueueGate(p), c.Deadline.UTC().Format(time.RFC3339))}, notes...)
 	case !terminal && deadlinePassed:
 		term.DeadlineExceeded = true
 		notes = append(notes, fmt.Sprintf("pod %s still %s at the check deadline %s", p.Name, p.Status.Phase, c.Deadline.UTC().Format(time.RFC3339)))

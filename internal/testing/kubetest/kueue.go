@@ -213,6 +213,27 @@ func (e *Env) StartKueue(t testing.TB, o KueueOptions) *Kueue {
 	return k
 }
 
+// InstallKueueCRDs applies Kueue's CRDs (KueueVersion's
+// config/components/crd/bases, from the Go module cache) server-side and
+// returns once each is Established and LocalQueues are served. It installs
+// only the API: no controller and no webhook acts on Kueue's objects
+// unless StartKueue runs Kueue.
+func (e *Env) InstallKueueCRDs(ctx context.Context) {
+	e.t.Helper()
+	e.applyKueueCRDs(ctx, e.t, kueueModuleDir(e.t))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := e.Dynamic().Resource(KueueLocalQueueGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("kubetest: Kueue's localqueues not served: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // LogTail returns the last n bytes of Kueue's log.
 func (k *Kueue) LogTail(n int) string { return tailFile(k.p.log, n) }
 

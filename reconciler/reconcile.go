@@ -7,9 +7,12 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -82,17 +85,8 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 
 	pass := &pass{r: r, rev: rev, rendering: rendering, approvals: approvals, policy: policy, now: r.now(), statuses: map[string]ObjectStatus{}}
 	res = &Result{Revision: rev}
-	for _, o := range rendering.Objects {
-		if o.Kind != specs.KindRequest || (r.only != "" && o.Name != r.only) {
-			continue
-		}
-		admitted, err := pass.request(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		if admitted {
-			res.Admitted = append(res.Admitted, o.Name)
-		}
+	if res.Admitted, err = pass.requests(ctx); err != nil {
+		return nil, err
 	}
 	for _, o := range rendering.Objects {
 		if o.Kind != specs.KindStanding || r.only != "" {
@@ -125,14 +119,86 @@ type pass struct {
 	policy    *signing.TrustPolicy
 	now       time.Time
 	statuses  map[string]ObjectStatus
+	// claimMu makes choosing a request's nodes and taking them in the
+	// holds one step among the requests a pass admits at once (see
+	// claimed).
+	claimMu sync.Mutex
+
+	// mu guards statuses and waitingOnCluster, written by the requests
+	// a pass admits at once.
+	mu sync.Mutex
 	// waitingOnCluster is set when a request waits for nodes whose state
 	// the spec repository does not show; the next pass is then never a
 	// no-op.
 	waitingOnCluster bool
+	// refusedByHold: a request of this pass waited for nodes held by
+	// another run; holdGivenBack: a request of this pass gave back the
+	// holds of an admission that failed. Both together: a request may
+	// have waited for a hold that no run keeps, so the next pass is
+	// not a no-op.
+	refusedByHold, holdGivenBack bool
 }
 
 func (p *pass) set(o *specs.Object, cond condition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.statuses[o.Ref()] = ObjectStatus{Kind: o.Kind, Name: o.Name, Digest: o.Digest, Conditions: cond.conditions(p.now), Run: cond.run}
+}
+
+// requests acts on every request of the rendering (only r.only's when
+// set) through request, at most admission.concurrency at once, started
+// in spec order. It returns the requests admitted, in spec order. When one
+// fails the whole pass (an error of request), no further request is
+// started, those already started end, and the first such error in spec
+// order is returned; with a concurrency of 1 that is exactly one request
+// after another, stopping at the first error.
+func (p *pass) requests(ctx context.Context) ([]string, error) {
+	var objs []*specs.Object
+	for _, o := range p.rendering.Objects {
+		if o.Kind == specs.KindRequest && (p.r.only == "" || o.Name == p.r.only) {
+			objs = append(objs, o)
+		}
+	}
+	admitted := make([]bool, len(objs))
+	errs := make([]error, len(objs))
+	slots := make(chan struct{}, p.r.cfg.admissionConcurrency())
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+	)
+	for i, o := range objs {
+		slots <- struct{}{}
+		if failed.Load() {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			admitted[i], errs[i] = p.request(ctx, o)
+			if errs[i] != nil {
+				failed.Store(true)
+			}
+			if admitted[i] {
+				crash.Point("amid-admissions")
+			}
+		}()
+	}
+	wg.Wait()
+	if p.refusedByHold && p.holdGivenBack {
+		p.waitingOnCluster = true
+	}
+	var names []string
+	for i, o := range objs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if admitted[i] {
+			names = append(names, o.Name)
+		}
+	}
+	return names, nil
 }
 
 func (p *pass) findings(o *specs.Object) []string {

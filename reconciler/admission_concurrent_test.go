@@ -102,6 +102,29 @@ func TestConcurrentAdmission(t *testing.T) {
 		})
 	}
 
+	// Requests that stop at a gate settle their conditions concurrently,
+	// each its own.
+	t.Run("Stalled", func(t *testing.T) {
+		e := newEnv(t)
+		e.repo.AddProfileFor("pair", 2, "", gpuCheck("probe", "pod", "result Pass; exit 0", 60))
+		var names []string
+		for i, g := range disjointPairs(8) {
+			name := fmt.Sprintf("st-%d", i)
+			e.repo.AddRequestFor(name, "pair", g)
+			names = append(names, name)
+		}
+		e.repo.Commit("unapproved requests")
+		e.repo.Approve(e.keys.ApproverFile, "", profileRef+"pair")
+		r := e.buildLedger(e.ledgerConfig(8), newLedger(filepath.Join(t.TempDir(), "ledger")))
+		res, err := r.ReconcileOnce(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, res.Admitted)
+		for _, n := range names {
+			reason, msg := readyReason(object(t, r, specs.KindRequest, n))
+			assert.Equal(t, "NotApproved", reason, "request %s: %s", n, msg)
+		}
+	})
+
 	t.Run("Overlapping", func(t *testing.T) {
 		e := newEnv(t)
 		groups := [][]string{{"x1", "x2"}, {"x2", "x3"}, {"x3", "x4"}, {"x1", "x4"}, {"x5", "x6"}}

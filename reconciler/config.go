@@ -73,7 +73,7 @@ type Config struct {
 	// the daemon keeps of the evidence branch and serves on listen.
 	Report ReportConfig `json:"report,omitempty"`
 	// Admission is how one reconcile pass admits requests.
-	Admission AdmissionConfig `json:"admission,omitempty"`
+	Admission AdmissionConfig `json:"admission,omitzero"`
 }
 
 // DefaultAdmissionConcurrency is admission.concurrency when unset.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"signet.dev/signet/evidence"
@@ -277,20 +276,25 @@ func withParticipants(ctx context.Context, p *pass, a *admission) error {
 	return nil
 }
 
-// claimed is withParticipants then held, one request at a time among the
-// requests a pass admits at once, so that a node is offered to one of
-// them only: explicit nodes are free again for the next request once they
-// are held. A request that chooses its nodes by selector keeps the claim
-// until its reservation in the Fleet is written or refused (admit ends
-// it), as the Fleet's selection sees its reservations but not the
-// reconciler's holds: a concurrent selector request then chooses other
-// nodes instead of the same ones, which it would have to wait for.
-// Holds refuse a node in two runs whatever the order; the claim only keeps
-// requests from choosing the same nodes.
+// claimed is withParticipants then held, one request at a time and in
+// spec order among the requests a pass admits at once (each waits for the
+// claim of the request before it to end, see pass.requests), so that a
+// node two requests want goes to the one earlier in the spec, as when
+// they were admitted one after another. Explicit nodes end the claim once
+// they are held. A request that chooses its nodes by selector keeps the
+// claim until its reservation in the Fleet is written or refused (admit
+// ends it), as the Fleet's selection sees its reservations but not the
+// reconciler's holds: the next selector request then chooses other nodes
+// instead of the same ones, which it would have to wait for. The holds
+// refuse a node in two runs whatever the order; the claim only orders who
+// gets it.
 func claimed(ctx context.Context, p *pass, a *admission) error {
-	p.claimMu.Lock()
-	a.unclaim = sync.OnceFunc(p.claimMu.Unlock)
-	err := withParticipants(ctx, p, a)
+	end, err := p.claim(ctx, a.o.Name)
+	if err != nil {
+		return err
+	}
+	a.unclaim = end
+	err = withParticipants(ctx, p, a)
 	if err == nil {
 		err = held(ctx, p, a)
 	}

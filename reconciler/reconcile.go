@@ -119,9 +119,10 @@ type pass struct {
 	policy    *signing.TrustPolicy
 	now       time.Time
 	statuses  map[string]ObjectStatus
-	// claimMu makes choosing a request's nodes and taking them in the
-	// holds one step among the requests a pass admits at once (see
-	// claimed).
+	// turns order the claim steps (claimed) of the requests a pass
+	// admits at once, by request name; claimMu is the claim of a request
+	// without a turn.
+	turns   map[string]*turn
 	claimMu sync.Mutex
 
 	// mu guards statuses and waitingOnCluster, written by the requests
@@ -145,6 +146,33 @@ func (p *pass) set(o *specs.Object, cond condition) {
 	p.statuses[o.Ref()] = ObjectStatus{Kind: o.Kind, Name: o.Name, Digest: o.Digest, Conditions: cond.conditions(p.now), Run: cond.run}
 }
 
+// turn is one request's claim step in a pass: it begins once after is
+// closed (nil: at once) and ends (done closed, by end) when its claim ends
+// or the request does.
+type turn struct {
+	after, done chan struct{}
+	end         func()
+}
+
+// claim waits for run's turn to claim nodes and returns the function that
+// ends it (which may be called more than once); a request without a turn
+// claims under claimMu.
+func (p *pass) claim(ctx context.Context, run string) (func(), error) {
+	t := p.turns[run]
+	if t == nil {
+		p.claimMu.Lock()
+		return sync.OnceFunc(p.claimMu.Unlock), nil
+	}
+	if t.after != nil {
+		select {
+		case <-t.after:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return t.end, nil
+}
+
 // requests acts on every request of the rendering (only r.only's when
 // set) through request, at most admission.concurrency at once, started
 // in spec order. It returns the requests admitted, in spec order. When one
@@ -161,6 +189,14 @@ func (p *pass) requests(ctx context.Context) ([]string, error) {
 	}
 	admitted := make([]bool, len(objs))
 	errs := make([]error, len(objs))
+	p.turns = make(map[string]*turn, len(objs))
+	var prev chan struct{}
+	for _, o := range objs {
+		t := &turn{after: prev, done: make(chan struct{})}
+		t.end = sync.OnceFunc(func() { close(t.done) })
+		p.turns[o.Name] = t
+		prev = t.done
+	}
 	slots := make(chan struct{}, p.r.cfg.admissionConcurrency())
 	var (
 		wg     sync.WaitGroup
@@ -176,6 +212,7 @@ func (p *pass) requests(ctx context.Context) ([]string, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
+			defer p.turns[o.Name].end()
 			admitted[i], errs[i] = p.request(ctx, o)
 			if errs[i] != nil {
 				failed.Store(true)

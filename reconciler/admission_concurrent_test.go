@@ -132,6 +132,9 @@ func TestConcurrentAdmission(t *testing.T) {
 		l := newLedger(filepath.Join(t.TempDir(), "ledger"))
 		l.snapFor = 100 * time.Millisecond
 		l.runFor = 300 * time.Millisecond
+		// The first request is the slowest to choose its nodes: the
+		// ones after it must still wait for its claim.
+		l.slowSelect, l.selectFor = "ov-0", 500*time.Millisecond
 		r := e.buildLedger(e.ledgerConfig(4), l)
 
 		group := map[string][]string{}

@@ -37,6 +37,9 @@ type ledger struct {
 	runFor time.Duration
 	// snapFor is how long each Snapshot takes.
 	snapFor time.Duration
+	// slowSelect, when set, is a request whose selection takes selectFor.
+	slowSelect string
+	selectFor  time.Duration
 
 	mu                sync.Mutex
 	inFlight, maxSeen int
@@ -79,6 +82,9 @@ func (l *ledger) maxInFlight() int {
 }
 
 func (l *ledger) Select(_ context.Context, _ *specs.CertificationProfile, req *specs.CertificationRequest) ([]string, error) {
+	if req.Metadata.Name == l.slowSelect {
+		time.Sleep(l.selectFor)
+	}
 	return req.Spec.Nodes, nil
 }
 

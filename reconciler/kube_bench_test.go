@@ -461,6 +461,16 @@ func startReconcileDaemonWith(b *testing.B, bin string, cfg *reconciler.Config) 
 		if b.Failed() {
 			b.Logf("daemon log (tail):\n%s", tailOf(logFile.Name(), 40))
 		}
+		if keep := os.Getenv("SIGNET_BENCH_KEEP_LOGS"); keep != "" {
+			// A copy of the daemon's log, for a look at where its time went.
+			raw, err := os.ReadFile(logFile.Name())
+			if err == nil {
+				err = os.WriteFile(filepath.Join(keep, fmt.Sprintf("daemon-%d.log", d.cmd.Process.Pid)), raw, 0o644)
+			}
+			if err != nil {
+				b.Logf("keeping the daemon log: %v", err)
+			}
+		}
 	})
 	require.Eventually(b, func() bool { return d.get("/readyz") == http.StatusOK }, 120*time.Second, 100*time.Millisecond, "daemon never ready:\n%s", tailOf(logFile.Name(), 40))
 	return d

@@ -241,7 +241,8 @@ const (
 // spec repository and evidence branch, and reports its figures as
 // old-runs/s, old-wall-s, old-admit-s, old-kube-requests/run and
 // old-peak-rss-MiB, and speedup (runs/s over old-runs/s): the side by side
-// measurement of issue 19, in one run.
+// measurement of issue 19, in one run. SIGNET_BENCH_CONCURRENCY=n sets
+// admission.concurrency of this build's daemon (unset: the default).
 func BenchmarkConcurrentRuns100x8(b *testing.B) {
 	runs := concurrentRuns
 	if v := os.Getenv("SIGNET_BENCH_RUNS"); v != "" {
@@ -254,11 +255,17 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 	var old *concurrentFigures
 	if bin := os.Getenv("SIGNET_BENCH_BASELINE"); bin != "" {
 		b.StopTimer()
-		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old")
+		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old", 0)
 		b.StartTimer()
 	}
+	concurrency := 0 // the daemon's default
+	if v := os.Getenv("SIGNET_BENCH_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "SIGNET_BENCH_CONCURRENCY")
+		concurrency = n
+	}
 	b.ResetTimer()
-	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr")
+	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr", concurrency)
 	b.StopTimer()
 	cur.report(b, "", runs)
 	if old != nil {
@@ -302,7 +309,7 @@ func (f *concurrentFigures) report(b *testing.B, prefix string, runs int) {
 // prefix-OP-NNN) over nodes with bin as the daemon, its own spec
 // repository and evidence branch, and returns what it measured; the
 // daemon is stopped before it returns.
-func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, runs, ops int, prefix string) *concurrentFigures {
+func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, runs, ops int, prefix string, concurrency int) *concurrentFigures {
 	e := newBenchEnv(b)
 	e.repo.AddProfileFor("wide", nodesPerRun, "", gpuCheck("trivial", "pod", trivialCheck, 900))
 	e.repo.Commit("profile")
@@ -310,6 +317,7 @@ func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, 
 
 	cfg := e.kubeConfig(w)
 	cfg.Interval = 3600 // only the benchmark's triggers make passes
+	cfg.Admission.Concurrency = concurrency
 	cfg.Listen, cfg.MetricsListen = freeListen(b), freeListen(b)
 	cfg.TriggerTokenFile = filepath.Join(b.TempDir(), "trigger-token")
 	require.NoError(b, os.WriteFile(cfg.TriggerTokenFile, []byte("bench-trigger\n"), 0o600))

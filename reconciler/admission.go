@@ -289,7 +289,7 @@ func withParticipants(ctx context.Context, p *pass, a *admission) error {
 // refuse a node in two runs whatever the order; the claim only orders who
 // gets it.
 func claimed(ctx context.Context, p *pass, a *admission) error {
-	end, err := p.claim(ctx, a.o.Name)
+	end, err := p.claim(ctx, a.o)
 	if err != nil {
 		return err
 	}

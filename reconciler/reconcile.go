@@ -120,9 +120,9 @@ type pass struct {
 	now       time.Time
 	statuses  map[string]ObjectStatus
 	// turns order the claim steps (claimed) of the requests a pass
-	// admits at once, by request name; claimMu is the claim of a request
-	// without a turn.
-	turns   map[string]*turn
+	// admits at once, by request object; claimMu is the claim of a
+	// request without a turn.
+	turns   map[*specs.Object]*turn
 	claimMu sync.Mutex
 
 	// mu guards statuses and waitingOnCluster, written by the requests
@@ -154,11 +154,11 @@ type turn struct {
 	end         func()
 }
 
-// claim waits for run's turn to claim nodes and returns the function that
-// ends it (which may be called more than once); a request without a turn
-// claims under claimMu.
-func (p *pass) claim(ctx context.Context, run string) (func(), error) {
-	t := p.turns[run]
+// claim waits for request o's turn to claim nodes and returns the
+// function that ends it (which may be called more than once); a request
+// without a turn claims under claimMu.
+func (p *pass) claim(ctx context.Context, o *specs.Object) (func(), error) {
+	t := p.turns[o]
 	if t == nil {
 		p.claimMu.Lock()
 		return sync.OnceFunc(p.claimMu.Unlock), nil
@@ -189,12 +189,12 @@ func (p *pass) requests(ctx context.Context) ([]string, error) {
 	}
 	admitted := make([]bool, len(objs))
 	errs := make([]error, len(objs))
-	p.turns = make(map[string]*turn, len(objs))
+	p.turns = make(map[*specs.Object]*turn, len(objs))
 	var prev chan struct{}
 	for _, o := range objs {
 		t := &turn{after: prev, done: make(chan struct{})}
 		t.end = sync.OnceFunc(func() { close(t.done) })
-		p.turns[o.Name] = t
+		p.turns[o] = t
 		prev = t.done
 	}
 	slots := make(chan struct{}, p.r.cfg.admissionConcurrency())
@@ -212,7 +212,7 @@ func (p *pass) requests(ctx context.Context) ([]string, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			defer p.turns[o.Name].end()
+			defer p.turns[o].end()
 			admitted[i], errs[i] = p.request(ctx, o)
 			if errs[i] != nil {
 				failed.Store(true)

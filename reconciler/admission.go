@@ -46,6 +46,16 @@ type admission struct {
 	// firing is set when the run is a standing certification's firing:
 	// its directory is dated by the firing and its admission binds it.
 	firing *firedRun
+	// unclaim ends the pass's claim step (claimed) when it is still
+	// held; it may be called more than once.
+	unclaim func()
+}
+
+// endClaim ends a's claim step if it is still held.
+func (a *admission) endClaim() {
+	if a.unclaim != nil {
+		a.unclaim()
+	}
 }
 
 // gate is one admission step of a request not yet admitted. It returns nil
@@ -64,8 +74,7 @@ var admissionGates = []gate{
 	profileValid,
 	profileApproved,
 	withinCeiling,
-	withParticipants,
-	held,
+	claimed,
 }
 
 // request acts on one request: admit it, or act on its run's cancel and
@@ -101,6 +110,7 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 // The holds taken by the last gate are given back when admission fails.
 func (p *pass) admitNew(ctx context.Context, o *specs.Object) error {
 	a := &admission{o: o}
+	defer a.endClaim()
 	for _, g := range admissionGates {
 		if err := g(ctx, p, a); err != nil {
 			return err
@@ -109,6 +119,9 @@ func (p *pass) admitNew(ctx context.Context, o *specs.Object) error {
 	rs, err := p.r.admit(ctx, p, a)
 	if err != nil {
 		p.r.holds.release(o.Name, a.nodes)
+		p.mu.Lock()
+		p.holdGivenBack = true
+		p.mu.Unlock()
 		return p.admitFailed(o.Name, err)
 	}
 	p.r.startRun(rs)
@@ -143,7 +156,9 @@ func (p *pass) settle(o *specs.Object, err error) error {
 		p.set(o, stalled(st.Reason, st.Message))
 	case errors.As(err, &w):
 		p.set(o, waiting(w.Reason, w.Message))
+		p.mu.Lock()
 		p.waitingOnCluster = p.waitingOnCluster || w.RequeueAfter > 0
+		p.mu.Unlock()
 	default:
 		return err
 	}
@@ -261,11 +276,42 @@ func withParticipants(ctx context.Context, p *pass, a *admission) error {
 	return nil
 }
 
+// claimed is withParticipants then held, one request at a time and in
+// spec order among the requests a pass admits at once (each waits for the
+// claim of the request before it to end, see pass.requests), so that a
+// node two requests want goes to the one earlier in the spec, as when
+// they were admitted one after another. Explicit nodes end the claim once
+// they are held. A request that chooses its nodes by selector keeps the
+// claim until its reservation in the Fleet is written or refused (admit
+// ends it), as the Fleet's selection sees its reservations but not the
+// reconciler's holds: the next selector request then chooses other nodes
+// instead of the same ones, which it would have to wait for. The holds
+// refuse a node in two runs whatever the order; the claim only orders who
+// gets it.
+func claimed(ctx context.Context, p *pass, a *admission) error {
+	end, err := p.claim(ctx, a.o)
+	if err != nil {
+		return err
+	}
+	a.unclaim = end
+	err = withParticipants(ctx, p, a)
+	if err == nil {
+		err = held(ctx, p, a)
+	}
+	if err != nil || len(a.o.Request.Spec.Nodes) > 0 {
+		a.unclaim()
+	}
+	return err
+}
+
 // held takes a.nodes in the reconciler's holds (a node is never in two of
 // its runs); writes the holds, which admitNew gives back when admission
 // fails later. A node held by another run waits until that run finishes.
 func held(_ context.Context, p *pass, a *admission) error {
 	if err := p.r.holds.reserve(a.o.Name, a.nodes); err != nil {
+		p.mu.Lock()
+		p.refusedByHold = true
+		p.mu.Unlock()
 		return &waitingError{Reason: "NodesBusy", Message: err.Error()}
 	}
 	return nil
@@ -340,7 +386,9 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 	for _, part := range adm.Participants {
 		group = append(group, backend.Node{Name: part.Node, UID: part.UID})
 	}
-	if err := fleet.Reserve(ctx, run, group); err != nil {
+	err = fleet.Reserve(ctx, run, group)
+	a.endClaim()
+	if err != nil {
 		return nil, fmt.Errorf("reserving %s: %w", strings.Join(nodes, ", "), err)
 	}
 	crash.Point("after-reservation")

@@ -72,6 +72,32 @@ type Config struct {
 	// Report, when its dir is set, is the HTML report (signet report)
 	// the daemon keeps of the evidence branch and serves on listen.
 	Report ReportConfig `json:"report,omitempty"`
+	// Admission is how one reconcile pass admits requests.
+	Admission AdmissionConfig `json:"admission,omitzero"`
+}
+
+// DefaultAdmissionConcurrency is admission.concurrency when unset.
+const DefaultAdmissionConcurrency = 8
+
+// MaxAdmissionConcurrency bounds admission.concurrency.
+const MaxAdmissionConcurrency = 64
+
+// AdmissionConfig bounds the admissions of one reconcile pass.
+type AdmissionConfig struct {
+	// Concurrency is how many requests one pass admits at once (default
+	// 8, at most 64; 1 admits them one after another in spec order).
+	// Requests that want a node in common are never both admitted: the
+	// first to take its whole group wins and the other waits (NodesBusy)
+	// for a later pass.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// admissionConcurrency is admission.concurrency, defaulted.
+func (c *Config) admissionConcurrency() int {
+	if c.Admission.Concurrency == 0 {
+		return DefaultAdmissionConcurrency
+	}
+	return c.Admission.Concurrency
 }
 
 // ReportConfig is the report the daemon writes and serves; off when Dir
@@ -304,6 +330,9 @@ func (c *Config) validate() error {
 		if le := c.Kubernetes.LeaderElection; le != nil && (!isDNSLabel(le.Namespace) || le.Name == "") {
 			errs = append(errs, fmt.Errorf("kubernetes.leaderElection: namespace %q and name %q must be set (namespace a DNS label)", le.Namespace, le.Name))
 		}
+	}
+	if n := c.Admission.Concurrency; n < 0 || n > MaxAdmissionConcurrency {
+		errs = append(errs, fmt.Errorf("admission.concurrency: %d is not between 1 and %d (0 or unset: %d)", n, MaxAdmissionConcurrency, DefaultAdmissionConcurrency))
 	}
 	errs = append(errs, c.validateListeners()...)
 	for i, hp := range c.Ceiling.HostPaths {

@@ -76,3 +76,31 @@ func TestSigningKeyNotAnEvidenceSigner(t *testing.T) {
 	assert.Contains(t, err.Error(), "which expects "+e.keys.Reconciler.Public().KeyID()[:16])
 	assert.Contains(t, err.Error(), "add "+e.keys.Approver.Public().KeyID()+" to its spec.evidenceSigners")
 }
+
+// TestAdmissionConcurrencyConfig: admission.concurrency is read strictly
+// and bounded; 0 (unset) is the default.
+func TestAdmissionConcurrencyConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, admission, want string
+	}{
+		{"unset", "", ""},
+		{"one", "admission: {concurrency: 1}", ""},
+		{"max", "admission: {concurrency: 64}", ""},
+		{"negative", "admission: {concurrency: -1}", "admission.concurrency: -1 is not between 1 and 64"},
+		{"above the bound", "admission: {concurrency: 65}", "admission.concurrency: 65 is not between 1 and 64"},
+		{"misspelled", "admission: {concurency: 4}", `admission.concurency: unknown field; did you mean "concurrency"?`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			body := "apiVersion: signet.dev/v1alpha1\nkind: ReconcilerConfig\ncluster: c\nspec: {url: /nowhere}\ntrustPolicy: /t\nsigningKey: /k\nstateDir: /s\n" + tc.admission + "\n"
+			require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+			_, err := reconciler.LoadConfig(file)
+			if tc.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "a bad admission.concurrency must be refused")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

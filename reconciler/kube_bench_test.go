@@ -232,9 +232,17 @@ const (
 // included). It reports wall-s (trigger → every run Done), runs/s,
 // admit-s (trigger → every run admitted) and admitted-1st-pass (the runs
 // admitted by the time the first pass after the trigger ended: all of
-// them when every request was admitted in one pass). A pass admits its
-// requests one after another, so the runs overlap only as much as their
-// admissions are faster than the runs themselves.
+// them when every request was admitted in one pass). A pass admits up to
+// admission.concurrency requests at once (the daemon's default).
+//
+// SIGNET_BENCH_BASELINE=FILE, a signet binary of another build (the one
+// before concurrent admission, say), first runs the same workload on the
+// same control plane and nodes with that binary as the daemon, its own
+// spec repository and evidence branch, and reports its figures as
+// old-runs/s, old-wall-s, old-admit-s, old-kube-requests/run and
+// old-peak-rss-MiB, and speedup (runs/s over old-runs/s): the side by side
+// measurement of issue 19, in one run. SIGNET_BENCH_CONCURRENCY=n sets
+// admission.concurrency of this build's daemon (unset: the default).
 func BenchmarkConcurrentRuns100x8(b *testing.B) {
 	runs := concurrentRuns
 	if v := os.Getenv("SIGNET_BENCH_RUNS"); v != "" {
@@ -243,34 +251,90 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 		runs = n
 	}
 	w := startKubeWorld(b)
-	e := newBenchEnv(b)
 	nodes := createNodes(b, w, "cr", runs*nodesPerRun)
+	var old *concurrentFigures
+	if bin := os.Getenv("SIGNET_BENCH_BASELINE"); bin != "" {
+		b.StopTimer()
+		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old", 0)
+		b.StartTimer()
+	}
+	concurrency := 0 // the daemon's default
+	if v := os.Getenv("SIGNET_BENCH_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "SIGNET_BENCH_CONCURRENCY")
+		concurrency = n
+	}
+	b.ResetTimer()
+	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr", concurrency)
+	b.StopTimer()
+	cur.report(b, "", runs)
+	if old != nil {
+		old.report(b, "old-", runs)
+		b.ReportMetric(cur.runsPerSec()/old.runsPerSec(), "speedup")
+	}
+}
+
+// concurrentFigures are what one daemon measured in
+// BenchmarkConcurrentRuns100x8.
+type concurrentFigures struct {
+	ops         int
+	runs        int // per op
+	wall, admit time.Duration
+	byFirst     float64
+	byVerb      map[string]float64
+	peak        int64
+}
+
+func (f *concurrentFigures) runsPerSec() float64 {
+	return float64(f.runs*f.ops) / f.wall.Seconds()
+}
+
+func (f *concurrentFigures) report(b *testing.B, prefix string, runs int) {
+	var requests float64
+	for _, n := range f.byVerb {
+		requests += n
+	}
+	total := float64(runs * f.ops)
+	b.Logf("%sdaemon, %d runs × %d nodes: kube requests by verb/code: %v", prefix, runs, nodesPerRun, f.byVerb)
+	b.ReportMetric(f.wall.Seconds()/float64(f.ops), prefix+"wall-s")
+	b.ReportMetric(f.runsPerSec(), prefix+"runs/s")
+	b.ReportMetric(f.admit.Seconds()/float64(f.ops), prefix+"admit-s")
+	b.ReportMetric(f.byFirst/float64(f.ops), prefix+"admitted-1st-pass")
+	b.ReportMetric(float64(f.peak)/(1<<20), prefix+"peak-rss-MiB")
+	b.ReportMetric(requests, prefix+"kube-requests")
+	b.ReportMetric(requests/total, prefix+"kube-requests/run")
+}
+
+// concurrentRunsWith runs ops rounds of runs requests (named
+// prefix-OP-NNN) over nodes with bin as the daemon, its own spec
+// repository and evidence branch, and returns what it measured; the
+// daemon is stopped before it returns.
+func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, runs, ops int, prefix string, concurrency int) *concurrentFigures {
+	e := newBenchEnv(b)
 	e.repo.AddProfileFor("wide", nodesPerRun, "", gpuCheck("trivial", "pod", trivialCheck, 900))
 	e.repo.Commit("profile")
 	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"wide")
 
 	cfg := e.kubeConfig(w)
 	cfg.Interval = 3600 // only the benchmark's triggers make passes
+	cfg.Admission.Concurrency = concurrency
 	cfg.Listen, cfg.MetricsListen = freeListen(b), freeListen(b)
 	cfg.TriggerTokenFile = filepath.Join(b.TempDir(), "trigger-token")
 	require.NoError(b, os.WriteFile(cfg.TriggerTokenFile, []byte("bench-trigger\n"), 0o600))
-	d := startReconcileDaemon(b, cfg)
+	d := startReconcileDaemonWith(b, bin, cfg)
+	defer d.stop()
 
-	var wall, admit time.Duration
-	var byFirst float64 // runs admitted when the first pass after a trigger ended
-	b.ResetTimer()
-	for op := range b.N {
-		b.StopTimer()
+	f := &concurrentFigures{ops: ops, runs: runs}
+	for op := range ops {
 		var names, objects []string
 		for i := range runs {
-			name := fmt.Sprintf("cr-%d-%03d", op, i)
+			name := fmt.Sprintf("%s-%d-%03d", prefix, op, i)
 			e.repo.AddRequestFor(name, "wide", nodes[i*nodesPerRun:(i+1)*nodesPerRun])
 			names, objects = append(names, name), append(objects, requestRef+name)
 		}
 		e.repo.Commit(fmt.Sprintf("requests %d", op))
 		e.repo.Approve(e.keys.ApproverFile, "", objects...)
 		before := d.metric("signet_reconcile_duration_seconds_count")
-		b.StartTimer()
 
 		start := time.Now()
 		d.trigger()
@@ -293,11 +357,11 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 			}
 			if n == runs && !admitted {
 				admitted = true
-				admit += time.Since(start)
+				f.admit += time.Since(start)
 			}
 			if count > before && !firstPass {
 				firstPass = true
-				byFirst += float64(n)
+				f.byFirst += float64(n)
 			}
 			if done && firstPass {
 				break
@@ -305,30 +369,16 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 			require.NoError(b, d.alive(), "the reconciler exited")
 			time.Sleep(200 * time.Millisecond)
 		}
-		wall += time.Since(start)
-		b.StopTimer()
+		f.wall += time.Since(start)
 		for _, r := range d.status().Runs {
-			if strings.HasPrefix(r.ID, fmt.Sprintf("cr-%d-", op)) {
+			if strings.HasPrefix(r.ID, fmt.Sprintf("%s-%d-", prefix, op)) {
 				require.Equal(b, specs.VerdictPass, r.Verdict, "run %s", r.ID)
 			}
 		}
 	}
-
-	byVerb := d.kubeRequests()
-	var requests float64
-	for _, n := range byVerb {
-		requests += n
-	}
-	peak := d.peakRSS()
-	b.Logf("%d runs × %d nodes: kube requests by verb/code: %v", runs, nodesPerRun, byVerb)
-	total := float64(runs * b.N)
-	b.ReportMetric(wall.Seconds()/float64(b.N), "wall-s")
-	b.ReportMetric(total/wall.Seconds(), "runs/s")
-	b.ReportMetric(admit.Seconds()/float64(b.N), "admit-s")
-	b.ReportMetric(byFirst/float64(b.N), "admitted-1st-pass")
-	b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
-	b.ReportMetric(requests, "kube-requests")
-	b.ReportMetric(requests/total, "kube-requests/run")
+	f.byVerb = d.kubeRequests()
+	f.peak = d.peakRSS()
+	return f
 }
 
 // createNodes creates n GPU nodes named prefix-0000 …, eight at a time.
@@ -374,12 +424,16 @@ type reconcileDaemon struct {
 	metrics, token string
 	done           chan struct{}
 	err            error
+	// stop ends the daemon (TERM, then KILL after 30 s); it may be
+	// called more than once.
+	stop func()
 }
 
-// startReconcileDaemon writes cfg to a file, starts the daemon on it and
-// waits until it is ready; it is killed when the benchmark ends, its log
-// shown when the benchmark failed.
-func startReconcileDaemon(b *testing.B, cfg *reconciler.Config) *reconcileDaemon {
+// startReconcileDaemonWith writes cfg to a file, starts the signet binary
+// bin as the daemon on it and waits until it is ready; it is stopped when
+// the benchmark ends at the latest, its log shown when the benchmark
+// failed.
+func startReconcileDaemonWith(b *testing.B, bin string, cfg *reconciler.Config) *reconcileDaemon {
 	b.Helper()
 	dir := b.TempDir()
 	raw, err := json.Marshal(cfg)
@@ -393,14 +447,14 @@ func startReconcileDaemon(b *testing.B, cfg *reconciler.Config) *reconcileDaemon
 	token, err := os.ReadFile(cfg.TriggerTokenFile)
 	require.NoError(b, err)
 	d := &reconcileDaemon{b: b, addr: cfg.Listen, metrics: cfg.MetricsListen, token: strings.TrimSpace(string(token)), done: make(chan struct{})}
-	d.cmd = exec.Command(testenv.Signet(b), "reconcile", "--config", file)
+	d.cmd = exec.Command(bin, "reconcile", "--config", file)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	require.NoError(b, d.cmd.Start())
 	go func() {
 		d.err = d.cmd.Wait()
 		close(d.done)
 	}()
-	b.Cleanup(func() {
+	d.stop = sync.OnceFunc(func() {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-d.done:
@@ -408,9 +462,22 @@ func startReconcileDaemon(b *testing.B, cfg *reconciler.Config) *reconcileDaemon
 			_ = d.cmd.Process.Kill()
 			<-d.done
 		}
+	})
+	b.Cleanup(func() {
+		d.stop()
 		logFile.Close()
 		if b.Failed() {
 			b.Logf("daemon log (tail):\n%s", tailOf(logFile.Name(), 40))
+		}
+		if keep := os.Getenv("SIGNET_BENCH_KEEP_LOGS"); keep != "" {
+			// A copy of the daemon's log, for a look at where its time went.
+			raw, err := os.ReadFile(logFile.Name())
+			if err == nil {
+				err = os.WriteFile(filepath.Join(keep, fmt.Sprintf("daemon-%d.log", d.cmd.Process.Pid)), raw, 0o644)
+			}
+			if err != nil {
+				b.Logf("keeping the daemon log: %v", err)
+			}
 		}
 	})
 	require.Eventually(b, func() bool { return d.get("/readyz") == http.StatusOK }, 120*time.Second, 100*time.Millisecond, "daemon never ready:\n%s", tailOf(logFile.Name(), 40))

@@ -7,9 +7,12 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -82,17 +85,8 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res *Result, err error)
 
 	pass := &pass{r: r, rev: rev, rendering: rendering, approvals: approvals, policy: policy, now: r.now(), statuses: map[string]ObjectStatus{}}
 	res = &Result{Revision: rev}
-	for _, o := range rendering.Objects {
-		if o.Kind != specs.KindRequest || (r.only != "" && o.Name != r.only) {
-			continue
-		}
-		admitted, err := pass.request(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		if admitted {
-			res.Admitted = append(res.Admitted, o.Name)
-		}
+	if res.Admitted, err = pass.requests(ctx); err != nil {
+		return nil, err
 	}
 	for _, o := range rendering.Objects {
 		if o.Kind != specs.KindStanding || r.only != "" {
@@ -125,14 +119,123 @@ type pass struct {
 	policy    *signing.TrustPolicy
 	now       time.Time
 	statuses  map[string]ObjectStatus
+	// turns order the claim steps (claimed) of the requests a pass
+	// admits at once, by request object; claimMu is the claim of a
+	// request without a turn.
+	turns   map[*specs.Object]*turn
+	claimMu sync.Mutex
+
+	// mu guards statuses and waitingOnCluster, written by the requests
+	// a pass admits at once.
+	mu sync.Mutex
 	// waitingOnCluster is set when a request waits for nodes whose state
 	// the spec repository does not show; the next pass is then never a
 	// no-op.
 	waitingOnCluster bool
+	// refusedByHold: a request of this pass waited for nodes held by
+	// another run; holdGivenBack: a request of this pass gave back the
+	// holds of an admission that failed. Both together: a request may
+	// have waited for a hold that no run keeps, so the next pass is
+	// not a no-op.
+	refusedByHold, holdGivenBack bool
 }
 
 func (p *pass) set(o *specs.Object, cond condition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.statuses[o.Ref()] = ObjectStatus{Kind: o.Kind, Name: o.Name, Digest: o.Digest, Conditions: cond.conditions(p.now), Run: cond.run}
+}
+
+// turn is one request's claim step in a pass: it begins once after is
+// closed (nil: at once) and ends (done closed, by end) when its claim ends
+// or the request does.
+type turn struct {
+	after, done chan struct{}
+	end         func()
+}
+
+// claim waits for request o's turn to claim nodes and returns the
+// function that ends it (which may be called more than once); a request
+// without a turn claims under claimMu.
+func (p *pass) claim(ctx context.Context, o *specs.Object) (func(), error) {
+	t := p.turns[o]
+	if t == nil {
+		p.claimMu.Lock()
+		return sync.OnceFunc(p.claimMu.Unlock), nil
+	}
+	if t.after != nil {
+		select {
+		case <-t.after:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return t.end, nil
+}
+
+// requests acts on every request of the rendering (only r.only's when
+// set) through request, at most admission.concurrency at once, started
+// in spec order. It returns the requests admitted, in spec order. When one
+// fails the whole pass (an error of request), no further request is
+// started, those already started end, and the first such error in spec
+// order is returned; with a concurrency of 1 that is exactly one request
+// after another, stopping at the first error.
+func (p *pass) requests(ctx context.Context) ([]string, error) {
+	var objs []*specs.Object
+	for _, o := range p.rendering.Objects {
+		if o.Kind == specs.KindRequest && (p.r.only == "" || o.Name == p.r.only) {
+			objs = append(objs, o)
+		}
+	}
+	admitted := make([]bool, len(objs))
+	errs := make([]error, len(objs))
+	p.turns = make(map[*specs.Object]*turn, len(objs))
+	var prev chan struct{}
+	for _, o := range objs {
+		t := &turn{after: prev, done: make(chan struct{})}
+		t.end = sync.OnceFunc(func() { close(t.done) })
+		p.turns[o] = t
+		prev = t.done
+	}
+	slots := make(chan struct{}, p.r.cfg.admissionConcurrency())
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+	)
+	for i, o := range objs {
+		slots <- struct{}{}
+		if failed.Load() {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			defer p.turns[o].end()
+			admitted[i], errs[i] = p.request(ctx, o)
+			if errs[i] != nil {
+				failed.Store(true)
+			}
+			if admitted[i] {
+				crash.Point("amid-admissions")
+			}
+		}()
+	}
+	wg.Wait()
+	if p.refusedByHold && p.holdGivenBack {
+		p.waitingOnCluster = true
+	}
+	var names []string
+	for i, o := range objs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if admitted[i] {
+			names = append(names, o.Name)
+		}
+	}
+	return names, nil
 }
 
 func (p *pass) findings(o *specs.Object) []string {

@@ -21,6 +21,7 @@ import (
 	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
+	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
 
@@ -181,7 +182,11 @@ func passProcess(cfgPath string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	r, store, err := reconciler.Build(ctx, &cfg, sec, slog.New(slog.NewTextHandler(os.Stderr, nil)), nil, reconciler.Options{})
+	var opts reconciler.Options
+	if dir := os.Getenv(ledgerEnv); dir != "" {
+		opts.Families = []*backend.Family{newLedger(dir).family()}
+	}
+	r, store, err := reconciler.Build(ctx, &cfg, sec, slog.New(slog.NewTextHandler(os.Stderr, nil)), nil, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

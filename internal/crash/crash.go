@@ -70,6 +70,17 @@ var StandingPoints = []string{
 	"after-firing",
 }
 
+// AdmissionPoints are the crash points of a pass that admits several
+// requests at once (admission.concurrency): "amid-admissions" is hit each
+// time one of them is admitted (its admission record durable, its run
+// started), so "amid-admissions:N" kills the pass at the N-th admission
+// while others are between their reservation and their admission record,
+// or not started. Its tests arm them (reconciler
+// TestConcurrentAdmissionCrash).
+var AdmissionPoints = []string{
+	"amid-admissions",
+}
+
 // KubePoints are the crash points only the Kubernetes crash matrix arms; local runs pass them too.
 var KubePoints = []string{
 	"after-reservation",

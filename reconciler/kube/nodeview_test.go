@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -121,6 +122,24 @@ func testFleetCacheStale(t *testing.T, env *kubetest.Env) {
 	r, err := readReservation(n)
 	require.NoError(t, err)
 	assert.Equal(t, "their-run", r.Run, "the other run keeps its node")
+
+	// This Fleet's reservation changed behind the frozen cache (here by
+	// hand, to name another run): the cache still shows it as ours, and
+	// a release on the cache's word would lift another run's hold.
+	n, err = env.Client.CoreV1().Nodes().Get(ctx, "stale-c", metav1.GetOptions{})
+	require.NoError(t, err)
+	r, err = readReservation(n)
+	require.NoError(t, err)
+	r.Run = "someone-else"
+	val, err := json.Marshal(r)
+	require.NoError(t, err)
+	n.Annotations[ReservationAnnotation] = string(val)
+	_, err = env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	before = getState(t, env.Client, "stale-c")
+	err = f.Release(ctx, "our-first-run", oursNode)
+	require.ErrorIs(t, err, backend.ErrNotOurs, "a reservation changed behind the cache is never released on the cache's word")
+	sameAs(t, before, getState(t, env.Client, "stale-c"), true)
 }
 
 func nodesOf(t *testing.T, env *kubetest.Env, names ...string) []backend.Node {

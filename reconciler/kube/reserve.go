@@ -106,9 +106,15 @@ func (f *Fleet) Reserve(ctx context.Context, run string, nodes []backend.Node) e
 // for run (nothing written).
 func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (did bool, err error) {
 	nodes := f.client.CoreV1().Nodes()
+	first := true
 	err = retry.RetryOnConflict(conflictRetry, func() error {
 		did = false
-		n, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
+		n := f.cachedToWrite(want, first, func(n *corev1.Node) bool { return ready(n) && holder(n) == "" })
+		first = false
+		var err error
+		if n == nil {
+			n, err = nodes.Get(ctx, want.Name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			return ineligible(want.Name, "no such node")
 		}
@@ -121,9 +127,10 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 		if r, _ := readReservation(n); f.ours(r, run) && r.UID == want.UID {
 			return nil // already reserved for run
 		}
-		// Decided on the live node and its live pods, never on the cache
-		// selection may have read: a stale cache fails a reservation, it
-		// never reserves a busy node.
+		// Decided on the node's current version (read live, or cached
+		// and proven current by the write's resourceVersion) and its
+		// live pods, never on pods the cache selection read: a stale
+		// cache fails a reservation, it never reserves a busy node.
 		if err := f.available(ctx, f.live, n); err != nil {
 			return err
 		}
@@ -159,6 +166,26 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 		f.log.InfoContext(ctx, "node reserved", "run", run, "node", want.Name)
 	}
 	return did, err
+}
+
+// cachedToWrite returns, on the first attempt of a node write and when
+// the cache is ready, a copy of the cached node want when it has want's
+// UID and writable says the write would go ahead on it; nil otherwise, and
+// the caller reads the node from the API server. The write carries the
+// cached resourceVersion, so it succeeds only if the cache held the
+// node's current version: a stale cache ends in a conflict, and the retry
+// decides on a live read. Every outcome without a write (busy, not ours,
+// another UID, nothing to do) is thereby decided on a live read, never on
+// the cache.
+func (f *Fleet) cachedToWrite(want backend.Node, first bool, writable func(*corev1.Node) bool) *corev1.Node {
+	if !first || f.cached == nil || !f.cached.ready() {
+		return nil
+	}
+	n, err := f.cached.node(context.Background(), want.Name)
+	if err != nil || string(n.UID) != want.UID || n.ResourceVersion == "" || !writable(n) {
+		return nil
+	}
+	return n.DeepCopy()
 }
 
 func isOurTaint(t corev1.Taint, run string) bool {
@@ -214,8 +241,17 @@ var errNotReserved = errors.New("not reserved")
 // controller's taint until it lifts it.
 func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) error {
 	nodes := f.client.CoreV1().Nodes()
+	first := true
 	err := retry.RetryOnConflict(conflictRetry, func() error {
-		n, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
+		n := f.cachedToWrite(want, first, func(n *corev1.Node) bool {
+			r, err := readReservation(n)
+			return err == nil && f.ours(r, run) && r.UID == want.UID
+		})
+		first = false
+		var err error
+		if n == nil {
+			n, err = nodes.Get(ctx, want.Name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			return notOurs(want.Name, "no such node")
 		}

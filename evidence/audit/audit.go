@@ -199,6 +199,10 @@ type auditor struct {
 	stream    bool
 	runsByDir map[string]*runAudit
 	closed    []*runAudit
+	// sigFindings are the signature verdicts of the files compact
+	// dropped (sigVerdicts); closedFiles counts those files.
+	sigFindings []sigFinding
+	closedFiles int
 	// bindings: list every digest binding checked in the run reports
 	// (Verify, one run); a whole-branch audit reports only the ones that
 	// fail, as findings.
@@ -274,23 +278,22 @@ func (a *auditor) checkClosed() error {
 
 // checkAll runs every check that needs the whole branch read.
 func (a *auditor) checkAll() {
-	// Signature verdicts of every version of every signed document.
+	// Signature verdicts of every version of every signed document: those
+	// of checked runs were recorded when compact dropped their files.
 	var paths []string
 	for p := range a.files {
 		paths = append(paths, p)
+		a.sigVerdicts(p)
 	}
 	sort.Strings(paths)
-	for _, p := range paths {
-		vs := a.versions[p]
-		if len(vs) == 0 {
-			vs = []*fileRec{a.files[p]}
-		}
-		for _, f := range vs {
-			if f.doc != nil && f.doc.err != nil {
-				a.add(Finding{Rule: f.doc.rule, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: f.doc.err.Error()})
-			}
-		}
+	sort.SliceStable(a.sigFindings, func(i, j int) bool {
+		x, y := a.sigFindings[i], a.sigFindings[j]
+		return x.path < y.path || x.path == y.path && x.version < y.version
+	})
+	for _, s := range a.sigFindings {
+		a.add(s.f)
 	}
+	a.sigFindings = nil
 	// The layout. Run directories were grouped during the replay
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
@@ -385,7 +388,7 @@ func (a *auditor) checkSince() {
 // report assembles the audit's report, findings sorted by run and path.
 func (a *auditor) report() *Report {
 	rep := &Report{Repo: a.repo, Branch: a.branch, Tip: a.rd.Tip().String(), Since: a.opts.Since,
-		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files), Documents: a.docs,
+		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files) + a.closedFiles, Documents: a.docs,
 		Runs: []RunReport{}, Findings: dedupe(a.findings)}
 	byRun := map[string][]Finding{}
 	for _, f := range rep.Findings {

@@ -219,6 +219,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		a.runsByDir[r.dir] = r
 		runs = append(runs, r)
 	}
+	seen := map[string]bool{}
 	for i, line := range st.Files {
 		f := strings.SplitN(line, " ", 7)
 		if len(f) != 7 {
@@ -237,9 +238,10 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 			return nil, bad("state.files", i, "kind %q is not one of d, a, i, c, -", f[3])
 		}
 		p := f[6]
-		if a.files[p] != nil {
+		if a.files[p] != nil || seen[p] {
 			return nil, bad("state.files", i, "%s appears twice", p)
 		}
+		seen[p] = true
 		c := commits[landed]
 		fr := &fileRec{path: p, blob: plumbing.NewHash(f[1]), commit: c, landed: c, digest: specs.Digest(f[2])}
 		switch kind {
@@ -250,15 +252,31 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 				return nil, bad("state.files", i, "content of %s: %v", p, err)
 			}
 		}
-		a.files[p] = fr
 		if f[4] == "-" {
+			a.files[p] = fr
 			continue
 		}
 		ri, err := strconv.Atoi(f[4])
 		if err != nil || ri < 0 || ri >= len(runs) || !strings.HasPrefix(p, runs[ri].dir+"/") {
 			return nil, bad("state.files", i, "run %q of %s is not its run directory in state.runs", f[4], p)
 		}
-		runs[ri].files[p[len(runs[ri].dir)+1:]] = fr
+		r, rel := runs[ri], p[len(runs[ri].dir)+1:]
+		if r.receipt == nil {
+			a.files[p] = fr
+			r.files[rel] = fr
+			continue
+		}
+		// A run with a receipt was checked by the audit that wrote the
+		// checkpoint: it starts compacted.
+		k := int8(kind)
+		r.closed = append(r.closed, closedFile{rel: internRel(rel), blob: fr.blob, digest: digestBytes(fr.digest), commit: int32(landed), landed: int32(landed), kind: k})
+		a.closedFiles++
+		if keptRel(rel) {
+			if fr.doc != nil {
+				fr.doc = doneDocs[fr.doc.kind]
+			}
+			r.files[rel] = fr
+		}
 	}
 	if err := a.decodeHistory(name, st); err != nil {
 		return nil, err
@@ -273,7 +291,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		if r.rcFile = r.files[evidence.ReceiptFile]; r.rcFile == nil {
 			return nil, checkpointErr(name, "state.runs", "run %s has a receipt sequence but no receipt in state.files", r.dir)
 		}
-		r.checked, r.queued, r.restored = true, true, true
+		r.checked, r.queued, r.restored, r.compacted = true, true, true, true
 	}
 	return open, nil
 }
@@ -305,6 +323,22 @@ func (a *auditor) endState() (*Checkpoint, error) {
 	for _, c := range commits {
 		cp.State.Commits = append(cp.State.Commits, c.hash.String()+" "+strconv.FormatInt(c.when.Unix(), 10))
 	}
+	type line struct{ path, text string }
+	var lines []line
+	fileLine := func(p string, landed int, blob plumbing.Hash, digest specs.Digest, data []byte, run string) {
+		kind, content := "-", "-"
+		switch classify(p) {
+		case kindDocument:
+			kind = "d"
+		case kindApproval:
+			kind = "a"
+		case kindIndex:
+			kind, content = "i", base64.StdEncoding.EncodeToString(data)
+		case kindChain:
+			kind, content = "c", base64.StdEncoding.EncodeToString(data)
+		}
+		lines = append(lines, line{p, fmt.Sprintf("%d %s %s %s %s %s %s", landed, blob, digest, kind, run, content, p)})
+	}
 	runOf := map[*fileRec]int{}
 	for i, r := range a.runs {
 		adm, prev := 0, "- -"
@@ -322,32 +356,26 @@ func (a *auditor) endState() (*Checkpoint, error) {
 			return nil, fmt.Errorf("evidence: run directory %q cannot be written in a checkpoint", r.dir)
 		}
 		cp.State.Runs = append(cp.State.Runs, fmt.Sprintf("%d %d %s %s", adm, seq, prev, r.dir))
+		if r.compacted {
+			for _, c := range r.closed {
+				fileLine(r.dir+"/"+c.rel, int(c.landed), c.blob, c.digestString(), nil, strconv.Itoa(i))
+			}
+			continue
+		}
 		for _, f := range r.files {
 			runOf[f] = i
 		}
 	}
-	var paths []string
-	for p := range a.files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		f := a.files[p]
-		kind, run, data := "-", "-", "-"
-		switch classify(p) {
-		case kindDocument:
-			kind = "d"
-		case kindApproval:
-			kind = "a"
-		case kindIndex:
-			kind, data = "i", base64.StdEncoding.EncodeToString(f.data)
-		case kindChain:
-			kind, data = "c", base64.StdEncoding.EncodeToString(f.data)
-		}
+	for p, f := range a.files {
+		run := "-"
 		if i, ok := runOf[f]; ok {
 			run = strconv.Itoa(i)
 		}
-		cp.State.Files = append(cp.State.Files, fmt.Sprintf("%d %s %s %s %s %s %s", f.landed.index, f.blob, f.digest, kind, run, data, p))
+		fileLine(p, f.landed.index, f.blob, f.digest, f.data, run)
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].path < lines[j].path })
+	for _, l := range lines {
+		cp.State.Files = append(cp.State.Files, l.text)
 	}
 	if err := encodeHistory(&a.hist, &cp.State); err != nil {
 		return nil, err

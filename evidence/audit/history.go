@@ -269,6 +269,12 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		}
 		f.digest = specs.DigestOf(data)
 	}
+	if r := a.closedRunOf(p); r != nil {
+		// A file added to a checked run: its files are needed again.
+		if _, err := a.reopen(r); err != nil {
+			return err
+		}
+	}
 	if old := a.files[p]; old != nil {
 		f.landed = old.landed
 		if len(a.versions[p]) == 0 {
@@ -323,7 +329,11 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 // and snapshots its check dropped. It is checked again with the next
 // batch, or at the end.
 func (a *auditor) reopen(old *runAudit) (*runAudit, error) {
-	r := newRunAudit(a, old.cluster, old.id, old.dir, old.files)
+	files := old.files
+	if old.compacted {
+		files = old.openFiles()
+	}
+	r := newRunAudit(a, old.cluster, old.id, old.dir, files)
 	a.runsByDir[r.dir] = r
 	for rel, f := range r.files {
 		p := path.Join(r.dir, rel)

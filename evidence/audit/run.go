@@ -63,6 +63,10 @@ type runAudit struct {
 	approvedBy map[string][]string
 	// releaseApproved: the release document met the trust policy.
 	releaseApproved bool
+	// compacted: check ran and compactFiles dropped the file records
+	// but those keptRel names (files); closed is what stays of them.
+	compacted bool
+	closed    []closedFile
 	// hist is what the run adds to the replay that proves firings
 	// (checkFiringHistory), kept by compact; nil for a run restored from
 	// a checkpoint, whose part the checkpoint's state holds.
@@ -92,6 +96,9 @@ func (r *runAudit) compact() {
 	}
 	r.adm, r.ev, r.checks, r.subjects, r.bound, r.firing = nil, nil, nil, nil, nil, nil
 	r.snapshots, r.intents, r.actions, r.approvedBy = nil, nil, nil, nil
+	if r.a.stream {
+		r.compactFiles()
+	}
 }
 
 func (r *runAudit) add(rule, rel, msg string) {

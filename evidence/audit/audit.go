@@ -114,6 +114,7 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	defer rd.close()
 	a := newAuditor(rd, rd.display, rd.branch, opts)
 	a.stream = true
+	defer func() { a.spill.close() }()
 	var cp *Checkpoint
 	switch {
 	case opts.Checkpoint != nil && opts.Resume != nil:
@@ -131,8 +132,14 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	if err := a.walk(ctx, cp); err != nil {
 		return nil, err
 	}
+	if afterWalk != nil {
+		afterWalk()
+	}
 	a.checkSince()
 	a.checkAll()
+	if a.ioErr != nil {
+		return nil, a.ioErr
+	}
 	rep := a.report()
 	if rep.Clean() && opts.CheckpointKey != nil {
 		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey); err != nil {
@@ -203,6 +210,13 @@ type auditor struct {
 	// dropped (sigVerdicts); closedFiles counts those files.
 	sigFindings []sigFinding
 	closedFiles int
+	// sigDone counts the commits whose signature verdicts are reported
+	// (commitVerdicts).
+	sigDone int
+	// spill holds the compact file records of checked runs; ioErr is the
+	// first error reading it back in a whole-branch check.
+	spill *spill
+	ioErr error
 	// bindings: list every digest binding checked in the run reports
 	// (Verify, one run); a whole-branch audit reports only the ones that
 	// fail, as findings.
@@ -223,6 +237,11 @@ type auditor struct {
 	// object source is not safe for concurrent use.
 	readMu sync.Mutex
 }
+
+// afterWalk, when set (tests), is called by Branch between the walk and
+// the whole-branch checks: the state then is what the audit keeps of the
+// whole history.
+var afterWalk func()
 
 // closedRunBatch is how many runs with a receipt the replay lets
 // accumulate before it checks them and drops their decoded documents.
@@ -267,11 +286,14 @@ func (a *auditor) checkClosed() error {
 	if err := a.pool.wait(); err != nil {
 		return err
 	}
+	a.commitVerdicts()
 	batch := a.closed
 	a.closed = nil
 	a.checkRuns(batch)
 	for _, r := range batch {
-		r.compact()
+		if err := r.compact(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

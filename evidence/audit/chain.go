@@ -91,7 +91,7 @@ func (a *auditor) checkChains() {
 			fail := func(msg string) {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: l.l.Run, Path: l.path, Commit: l.f.commit.hash.String(), Message: msg})
 			}
-			rf := a.fileAt(l.l.Receipt.Path)
+			rf := a.fileOrNil(l.l.Receipt.Path)
 			switch {
 			case !isReceiptOf(l.l.Receipt.Path, c, l.l.Run):
 				fail(fmt.Sprintf("links %s, not the receipt of run %s of cluster %s", l.l.Receipt.Path, l.l.Run, c))
@@ -135,7 +135,7 @@ func (a *auditor) checkChains() {
 					fail(fmt.Sprintf("previous receipt (sequence %d) is not linked", rc.Sequence-1))
 					break
 				}
-				pf := a.fileAt(prev.l.Receipt.Path)
+				pf := a.fileOrNil(prev.l.Receipt.Path)
 				if rc.Previous.Path != prev.l.Receipt.Path || pf == nil || pf.digest != rc.Previous.Digest {
 					fail(fmt.Sprintf("previous is %s %s, but sequence %d is %s", rc.Previous.Path, rc.Previous.Digest, rc.Sequence-1, prev.l.Receipt.Path))
 				} else if r.rcFile.landed.index < pf.landed.index {

@@ -271,7 +271,8 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		k := int8(kind)
 		r.closed = append(r.closed, closedFile{rel: internRel(rel), blob: fr.blob, digest: digestBytes(fr.digest), commit: int32(landed), landed: int32(landed), kind: k})
 		a.closedFiles++
-		if keptRel(rel) {
+		switch rel {
+		case evidence.AdmissionFile, evidence.FiringFile, evidence.ReceiptFile:
 			if fr.doc != nil {
 				fr.doc = doneDocs[fr.doc.kind]
 			}
@@ -292,6 +293,10 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 			return nil, checkpointErr(name, "state.runs", "run %s has a receipt sequence but no receipt in state.files", r.dir)
 		}
 		r.checked, r.queued, r.restored, r.compacted = true, true, true, true
+		r.files = nil
+		if err := r.spillClosed(); err != nil {
+			return nil, err
+		}
 	}
 	return open, nil
 }
@@ -357,7 +362,11 @@ func (a *auditor) endState() (*Checkpoint, error) {
 		}
 		cp.State.Runs = append(cp.State.Runs, fmt.Sprintf("%d %d %s %s", adm, seq, prev, r.dir))
 		if r.compacted {
-			for _, c := range r.closed {
+			closed, err := r.closedRecs()
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range closed {
 				fileLine(r.dir+"/"+c.rel, int(c.landed), c.blob, c.digestString(), nil, strconv.Itoa(i))
 			}
 			continue
@@ -371,7 +380,11 @@ func (a *auditor) endState() (*Checkpoint, error) {
 		if i, ok := runOf[f]; ok {
 			run = strconv.Itoa(i)
 		}
-		fileLine(p, f.landed.index, f.blob, f.digest, f.data, run)
+		d := f.digest
+		if k := classify(p); d == "" && (k == kindIndex || k == kindChain) {
+			d = specs.DigestOf(f.data)
+		}
+		fileLine(p, f.landed.index, f.blob, d, f.data, run)
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].path < lines[j].path })
 	for _, l := range lines {

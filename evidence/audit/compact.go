@@ -1,7 +1,11 @@
 package audit
 
 import (
+	"bufio"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -17,7 +21,8 @@ import (
 // run, to find byte-for-byte copies of its documents in other runs
 // (checkCopies), and to write it in a checkpoint. About 80 bytes, against
 // several hundred for a fileRec with its path, digest string and map
-// entries.
+// entries; whole-branch audits keep even those in a temporary file
+// (spill), 63 bytes a file, and a run only their place in it.
 type closedFile struct {
 	rel    string // relative to the run directory, interned
 	blob   plumbing.Hash
@@ -25,13 +30,6 @@ type closedFile struct {
 	commit int32    // first-parent index of the commit that added this version
 	landed int32    // … and of the one where the path first appeared
 	kind   int8     // kindDocument, kindApproval or another kind
-}
-
-// keptRel are the files of a checked run whose records compact keeps, for
-// the whole-branch rules that read them: the receipt (checkChains), and
-// the admission and firing record (checkIndex, checkFiringSequences).
-func keptRel(rel string) bool {
-	return rel == evidence.ReceiptFile || rel == evidence.AdmissionFile || rel == evidence.FiringFile
 }
 
 // relNames interns the relative paths of run directories: every run has
@@ -76,14 +74,16 @@ func (a *auditor) commitAt(i int32) *commitInfo {
 }
 
 // compactFiles drops the file records of a checked run (whole-branch
-// audits only): they leave a.files, their signature verdicts go to
-// a.sigFindings now (checkAll reports those of the files still open), and
-// what stays is r.closed plus the records keptRel names. Memory then grows
-// with the runs still open and by a closed run's compact record, not by
-// every document the branch ever held.
-func (r *runAudit) compactFiles() {
+// audits only): they leave a.files and r.files, their signature verdicts
+// go to a.sigFindings now (checkAll reports those of the files still
+// open), and what stays is r.closed and, trimmed, the records of the
+// admission, firing and receipt (admFile, firFile, rcFile) that
+// checkIndex, checkFiringSequences and checkChains read, with the
+// receipt's sequence and previous receipt. Memory then grows with the
+// runs still open and by a closed run's compact record, not by every
+// document the branch ever held.
+func (r *runAudit) compactFiles() error {
 	a := r.a
-	kept := map[string]*fileRec{}
 	r.closed = make([]closedFile, 0, len(r.files))
 	for rel, f := range r.files {
 		a.sigVerdicts(f.path)
@@ -94,24 +94,64 @@ func (r *runAudit) compactFiles() {
 		r.closed = append(r.closed, closedFile{rel: internRel(rel), blob: f.blob, digest: digestBytes(f.digest),
 			commit: int32(f.commit.index), landed: int32(f.landed.index), kind: kind})
 		delete(a.files, f.path)
-		if keptRel(rel) {
-			if f.doc != nil && f.doc.err == nil {
-				f.doc = doneDocs[f.doc.kind]
-			}
-			kept[rel] = f
+	}
+	for _, f := range []*fileRec{r.admFile, r.firFile, r.rcFile} {
+		if f == nil {
+			continue
+		}
+		if f.doc != nil && f.doc.err == nil {
+			f.doc = doneDocs[f.doc.kind]
+		}
+		f.path, f.data = "", nil
+		if f != r.rcFile {
+			f.digest = "" // only the receipt's is read again (checkChains)
 		}
 	}
-	r.files = kept
+	if rc := r.receipt; rc != nil {
+		r.receipt = &evidence.Receipt{Sequence: rc.Sequence, Previous: rc.Previous}
+	}
+	r.files = nil
 	r.compacted = true
 	a.closedFiles += len(r.closed)
+	return r.spillClosed()
+}
+
+// spillClosed moves r.closed to the audit's spill file.
+func (r *runAudit) spillClosed() error {
+	a := r.a
+	if a.spill == nil {
+		var err error
+		if a.spill, err = newSpill(); err != nil {
+			return err
+		}
+	}
+	off, err := a.spill.put(r.closed)
+	if err != nil {
+		return err
+	}
+	r.spilled = spillRef{off: off, n: int32(len(r.closed))}
+	r.closed = nil
+	return nil
+}
+
+// closedRecs returns the compact records of a compacted run.
+func (r *runAudit) closedRecs() ([]closedFile, error) {
+	if r.closed != nil || r.spilled.n == 0 {
+		return r.closed, nil
+	}
+	return r.a.spill.get(r.spilled)
 }
 
 // openFiles is the inverse of compactFiles, for reopen: fresh records of
 // every file of the run, back in a.files.
-func (r *runAudit) openFiles() map[string]*fileRec {
+func (r *runAudit) openFiles() (map[string]*fileRec, error) {
 	a := r.a
-	files := make(map[string]*fileRec, len(r.closed))
-	for _, c := range r.closed {
+	closed, err := r.closedRecs()
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string]*fileRec, len(closed))
+	for _, c := range closed {
 		f := &fileRec{path: r.dir + "/" + c.rel, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}
 		if c.kind == kindDocument || c.kind == kindApproval {
 			f.doc = &docRec{kind: int(c.kind)}
@@ -119,9 +159,9 @@ func (r *runAudit) openFiles() map[string]*fileRec {
 		files[c.rel] = f
 		a.files[f.path] = f
 	}
-	a.closedFiles -= len(r.closed)
-	r.closed = nil
-	return files
+	a.closedFiles -= len(closed)
+	r.closed, r.spilled = nil, spillRef{}
+	return files, nil
 }
 
 // sigFinding is a signature verdict of one version of a file.
@@ -162,22 +202,138 @@ func (a *auditor) closedRunOf(p string) *runAudit {
 
 // fileAt returns the latest version of the file at p, whether its run is
 // open or compacted; nil when the branch has no such file.
-func (a *auditor) fileAt(p string) *fileRec {
+func (a *auditor) fileAt(p string) (*fileRec, error) {
 	if f := a.files[p]; f != nil {
-		return f
+		return f, nil
 	}
 	r := a.closedRunOf(p)
 	if r == nil {
-		return nil
+		return nil, nil
 	}
 	rel, _ := r.rel(p)
-	if f := r.files[rel]; f != nil {
-		return f
+	closed, err := r.closedRecs()
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range r.closed {
+	for _, c := range closed {
 		if c.rel == rel {
-			return &fileRec{path: p, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}
+			return &fileRec{path: p, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}, nil
 		}
 	}
-	return nil
+	return nil, nil
+}
+
+// fileOrNil is fileAt for checks that cannot return an error: the first
+// one is kept in a.ioErr, which fails the audit.
+func (a *auditor) fileOrNil(p string) *fileRec {
+	f, err := a.fileAt(p)
+	if err != nil && a.ioErr == nil {
+		a.ioErr = err
+	}
+	return f
+}
+
+// closedOrNil is closedRecs for checks that cannot return an error, as
+// fileOrNil.
+func (r *runAudit) closedOrNil() []closedFile {
+	c, err := r.closedRecs()
+	if err != nil && r.a.ioErr == nil {
+		r.a.ioErr = err
+	}
+	return c
+}
+
+// spill is a temporary file of closedFile records, unlinked once created
+// (it goes with the process), written through a buffer and read back by
+// place.
+type spill struct {
+	f    *os.File
+	w    *bufio.Writer
+	size int64
+	// names interns the relative paths the records name by index.
+	names []string
+	index map[string]uint16
+	mu    sync.Mutex
+}
+
+// spillRef is where a run's records are in the spill file.
+type spillRef struct {
+	off int64
+	n   int32
+}
+
+// spillRecord is the size of one closedFile in the spill file: blob,
+// digest, commit, landed, kind and the index of its relative path.
+const spillRecord = 20 + 32 + 4 + 4 + 1 + 2
+
+func newSpill() (*spill, error) {
+	f, err := os.CreateTemp("", "signet-audit-spill-")
+	if err != nil {
+		return nil, fmt.Errorf("evidence: audit spill file: %w", err)
+	}
+	_ = os.Remove(f.Name())
+	return &spill{f: f, w: bufio.NewWriterSize(f, 64<<10), index: map[string]uint16{}}, nil
+}
+
+func (s *spill) close() {
+	if s != nil {
+		_ = s.f.Close()
+	}
+}
+
+func (s *spill) put(recs []closedFile) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	off := s.size
+	var b [spillRecord]byte
+	for _, c := range recs {
+		i, ok := s.index[c.rel]
+		if !ok {
+			if len(s.names) == 1<<16-1 {
+				return 0, fmt.Errorf("evidence: audit spill file: more than %d file names in run directories", 1<<16-1)
+			}
+			i = uint16(len(s.names))
+			s.names = append(s.names, c.rel)
+			s.index[c.rel] = i
+		}
+		copy(b[0:20], c.blob[:])
+		copy(b[20:52], c.digest[:])
+		binary.LittleEndian.PutUint32(b[52:], uint32(c.commit))
+		binary.LittleEndian.PutUint32(b[56:], uint32(c.landed))
+		b[60] = byte(c.kind)
+		binary.LittleEndian.PutUint16(b[61:], i)
+		if _, err := s.w.Write(b[:]); err != nil {
+			return 0, fmt.Errorf("evidence: audit spill file: %w", err)
+		}
+		s.size += spillRecord
+	}
+	return off, nil
+}
+
+func (s *spill) get(ref spillRef) ([]closedFile, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.w.Flush(); err != nil {
+		return nil, fmt.Errorf("evidence: audit spill file: %w", err)
+	}
+	buf := make([]byte, int(ref.n)*spillRecord)
+	if _, err := s.f.ReadAt(buf, ref.off); err != nil {
+		return nil, fmt.Errorf("evidence: audit spill file: %w", err)
+	}
+	out := make([]closedFile, ref.n)
+	for i := range out {
+		b := buf[i*spillRecord:]
+		c := &out[i]
+		copy(c.blob[:], b[0:20])
+		copy(c.digest[:], b[20:52])
+		c.commit = int32(binary.LittleEndian.Uint32(b[52:]))
+		c.landed = int32(binary.LittleEndian.Uint32(b[56:]))
+		c.kind = int8(b[60])
+		n := binary.LittleEndian.Uint16(b[61:])
+		if int(n) >= len(s.names) {
+			return nil, fmt.Errorf("evidence: audit spill file: record %d names path %d of %d", i, n, len(s.names))
+		}
+		c.rel = s.names[n]
+	}
+	return out, nil
 }

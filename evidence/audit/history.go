@@ -122,14 +122,26 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 	if err := a.pool.wait(); err != nil {
 		return err
 	}
-	for _, c := range a.commits {
+	a.commitVerdicts()
+	return nil
+}
+
+// commitVerdicts reports the commit signatures that do not count, in
+// first-parent order, and drops each commit's verification record. Every
+// commit's check was submitted by history, so once the pool has been
+// waited for they are all done: whole-branch audits call it at their
+// first batch (checkClosed), so that the records do not stay for the
+// whole replay.
+func (a *auditor) commitVerdicts() {
+	for _, c := range a.commits[a.sigDone:] {
 		if r := c.sigErr; r.err != nil {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: refusalMessage(r.err).Error()})
 		} else if why := a.pool.revokedAfterAnchor(r.key, c); why != "" {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: why})
 		}
+		c.sigErr = nil
 	}
-	return nil
+	a.sigDone = len(a.commits)
 }
 
 // diff compares the tree old (zero for none) with new at dir. Entries with
@@ -288,8 +300,12 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		f.doc = &docRec{kind: kind}
 		a.docs++
 		a.pool.submitDoc(f, data)
-	case kindNode, kindIndex, kindChain:
+	case kindNode:
 		f.data = data
+	case kindIndex, kindChain:
+		// Kept to the end of the audit, one of each per run: the digest
+		// is only written in checkpoints, which compute it again.
+		f.data, f.digest = data, ""
 	}
 	if a.stream {
 		return a.addToRun(p, f)
@@ -331,7 +347,10 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 func (a *auditor) reopen(old *runAudit) (*runAudit, error) {
 	files := old.files
 	if old.compacted {
-		files = old.openFiles()
+		var err error
+		if files, err = old.openFiles(); err != nil {
+			return nil, err
+		}
 	}
 	r := newRunAudit(a, old.cluster, old.id, old.dir, files)
 	a.runsByDir[r.dir] = r

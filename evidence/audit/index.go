@@ -78,7 +78,6 @@ func (a *auditor) checkCopies() {
 		blob     plumbing.Hash
 		landed   int
 		commit   *commitInfo
-		c        *closedFile
 	}
 	count := map[plumbing.Hash]int{}
 	for _, f := range a.files {
@@ -87,8 +86,8 @@ func (a *auditor) checkCopies() {
 		}
 	}
 	for _, r := range a.runsByDir {
-		for i := range r.closed {
-			if c := &r.closed[i]; c.kind == kindDocument {
+		for _, c := range r.closedOrNil() {
+			if c.kind == kindDocument {
 				count[c.blob]++
 			}
 		}
@@ -100,9 +99,9 @@ func (a *auditor) checkCopies() {
 		}
 	}
 	for _, r := range a.runsByDir {
-		for i := range r.closed {
-			if c := &r.closed[i]; c.kind == kindDocument && count[c.blob] > 1 {
-				docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), c: c})
+		for _, c := range r.closedOrNil() {
+			if c.kind == kindDocument && count[c.blob] > 1 {
+				docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
 			}
 		}
 	}
@@ -123,11 +122,7 @@ func (a *auditor) checkCopies() {
 	for _, d := range docs {
 		p := pathOf(d)
 		if o, ok := first[d.blob]; ok && runDirOf(o) != runDirOf(p) {
-			commit := d.commit
-			if d.c != nil {
-				commit = a.commitAt(d.c.commit)
-			}
-			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: commit.hash.String(),
+			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: d.commit.hash.String(),
 				Message: fmt.Sprintf("byte for byte the document %s of another run", o)})
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -45,8 +46,11 @@ type baseKey struct {
 	off  int64
 }
 
-// maxBaseBytes bounds the delta base cache.
-const maxBaseBytes = 64 << 20
+// MaxBaseBytes bounds the delta base cache of every Dir: 64 MiB unless a
+// benchmark that measures what else a reader keeps sets it lower.
+var MaxBaseBytes atomic.Int64
+
+func init() { MaxBaseBytes.Store(64 << 20) }
 
 // OpenDir opens gitDir's objects directory. It refuses a
 // repository with alternates (objects stored elsewhere), which the
@@ -372,7 +376,7 @@ func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []
 	e[0] = byte(t)
 	copy(e[1:], data)
 	d.baseMu.Lock()
-	if d.baseBytes+len(e) > maxBaseBytes {
+	if int64(d.baseBytes+len(e)) > MaxBaseBytes.Load() {
 		clear(d.bases)
 		d.baseBytes = 0
 	}

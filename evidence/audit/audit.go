@@ -186,7 +186,7 @@ type auditor struct {
 	opts         Options
 	policy       *signing.TrustPolicy
 	commits      []*commitInfo
-	byHash       map[plumbing.Hash]*commitInfo
+	byHash       commitIndex
 	// files is the latest version of every path ever added; versions
 	// keeps every version of paths that changed.
 	files    map[string]*fileRec
@@ -248,7 +248,7 @@ var afterWalk func()
 var closedRunBatch = 256
 
 func newAuditor(rd BranchReader, repo, branch string, opts Options) *auditor {
-	return &auditor{rd: rd, repo: repo, branch: branch, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
+	return &auditor{rd: rd, repo: repo, branch: branch, opts: opts, policy: opts.Policy, byHash: newCommitIndex(),
 		files: map[string]*fileRec{}, versions: map[string][]*fileRec{},
 		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{},
 		runsByDir: map[string]*runAudit{}}
@@ -397,7 +397,7 @@ func (a *auditor) checkSince() {
 		a.add(Finding{Rule: RuleHistoryRewritten, Commit: a.opts.Since, Message: fmt.Sprintf("pinned revision %q is not in the repository: the branch was rewritten, or the pin is not a commit of it", a.opts.Since)})
 		return
 	}
-	if _, ok := a.byHash[h]; ok {
+	if a.byHash.get(h) != nil {
 		return
 	}
 	msg := fmt.Sprintf("branch %s at %s does not descend from the pinned commit %s: its history was rewritten", a.branch, shortHash(a.rd.Tip().String()), shortHash(h.String()))

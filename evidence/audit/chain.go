@@ -53,7 +53,7 @@ func (a *auditor) checkChains() {
 	}
 	receipts := map[string][]*runAudit{}
 	for _, r := range a.runs {
-		if r.receipt != nil {
+		if r.chainLink() != nil {
 			receipts[r.cluster] = append(receipts[r.cluster], r)
 		}
 	}
@@ -110,7 +110,7 @@ func (a *auditor) checkChains() {
 		bySeq := map[int64][]*runAudit{}
 		byPrev := map[string][]*runAudit{}
 		for _, r := range receipts[c] {
-			rc := r.receipt
+			rc := r.chainLink()
 			rp := path.Join(r.dir, evidence.ReceiptFile)
 			fail := func(msg string) {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: r.id, Path: rp, Commit: r.rcFile.commit.hash.String(), Message: msg})

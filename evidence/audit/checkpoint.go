@@ -173,11 +173,11 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 			return nil, bad("state.commits", i, "%q is not a commit hash and a time", line)
 		}
 		ci := &commitInfo{hash: plumbing.NewHash(hash), when: time.Unix(t, 0), index: i, sigErr: &sigResult{}}
-		if a.byHash[ci.hash] != nil {
+		if a.byHash.get(ci.hash) != nil {
 			return nil, bad("state.commits", i, "%s appears twice", hash)
 		}
 		commits = append(commits, ci)
-		a.byHash[ci.hash] = ci
+		a.byHash.put(ci)
 	}
 	if len(commits) == 0 || commits[len(commits)-1].hash.String() != cp.Tip {
 		return nil, checkpointErr(name, "state.commits", "does not end at the tip %s", cp.Tip)
@@ -294,6 +294,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		}
 		r.checked, r.queued, r.restored, r.compacted = true, true, true, true
 		r.files = nil
+		r.link, r.linked, r.receipt = receiptLink{r.receipt.Sequence, r.receipt.Previous}, true, nil
 		if err := r.spillClosed(); err != nil {
 			return nil, err
 		}
@@ -351,9 +352,9 @@ func (a *auditor) endState() (*Checkpoint, error) {
 			adm = 1
 		}
 		var seq int64
-		if r.receipt != nil {
-			seq = r.receipt.Sequence
-			if pr := r.receipt.Previous; pr != nil {
+		if rc := r.chainLink(); rc != nil {
+			seq = rc.Sequence
+			if pr := rc.Previous; pr != nil {
 				prev = string(pr.Digest) + " " + pr.Path
 			}
 		}

@@ -108,7 +108,7 @@ func (r *runAudit) compactFiles() error {
 		}
 	}
 	if rc := r.receipt; rc != nil {
-		r.receipt = &evidence.Receipt{Sequence: rc.Sequence, Previous: rc.Previous}
+		r.link, r.linked, r.receipt = receiptLink{rc.Sequence, rc.Previous}, true, nil
 	}
 	r.files = nil
 	r.compacted = true
@@ -336,4 +336,57 @@ func (s *spill) get(ref spillRef) ([]closedFile, error) {
 		c.rel = s.names[n]
 	}
 	return out, nil
+}
+
+// commitIndex finds first-parent commits by hash: by the first 8 bytes
+// of the hash in a map of pointers, about half the bytes of a map keyed
+// by the whole hash; the few commits whose prefix another already holds
+// go to a map by the whole hash. A hit is always checked against the
+// whole hash.
+type commitIndex struct {
+	byPrefix map[uint64]*commitInfo
+	rest     map[plumbing.Hash]*commitInfo
+}
+
+func newCommitIndex() commitIndex {
+	return commitIndex{byPrefix: map[uint64]*commitInfo{}, rest: map[plumbing.Hash]*commitInfo{}}
+}
+
+func hashPrefix(h plumbing.Hash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
+
+// put adds c; a commit already there stays where it is.
+func (x commitIndex) put(c *commitInfo) {
+	p := hashPrefix(c.hash)
+	switch o := x.byPrefix[p]; {
+	case o == nil:
+		x.byPrefix[p] = c
+	case o.hash != c.hash:
+		x.rest[c.hash] = c
+	}
+}
+
+// get returns the commit with hash h, nil when none.
+func (x commitIndex) get(h plumbing.Hash) *commitInfo {
+	if c := x.byPrefix[hashPrefix(h)]; c != nil && c.hash == h {
+		return c
+	}
+	return x.rest[h]
+}
+
+// receiptLink is a receipt's place in its cluster's chain.
+type receiptLink struct {
+	Sequence int64
+	Previous *evidence.FileRef
+}
+
+// chainLink returns the run's receipt's place in the chain, nil when the
+// run has no receipt that verified and decoded.
+func (r *runAudit) chainLink() *receiptLink {
+	switch {
+	case r.receipt != nil:
+		return &receiptLink{r.receipt.Sequence, r.receipt.Previous}
+	case r.linked:
+		return &r.link
+	}
+	return nil
 }

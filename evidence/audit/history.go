@@ -70,7 +70,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 	slices.Reverse(chain)
 	for i, c := range chain {
 		c.index = len(a.baseCommits) + i
-		a.byHash[c.hash] = c
+		a.byHash.put(c)
 	}
 	a.commits = chain
 	a.checkCommitTimes()
@@ -439,7 +439,7 @@ func (a *auditor) resolveAnchors(ctx context.Context) error {
 			continue
 		}
 		h := plumbing.NewHash(anchor)
-		if c, ok := a.byHash[h]; ok {
+		if c := a.byHash.get(h); c != nil {
 			a.pool.revokedAfter[id] = c.index
 			continue
 		}

@@ -68,6 +68,10 @@ type runAudit struct {
 	compacted bool
 	closed    []closedFile
 	spilled   spillRef
+	// link is what checkChains reads of the receipt once compact has
+	// dropped it (linked: there was one).
+	link   receiptLink
+	linked bool
 	// hist is what the run adds to the replay that proves firings
 	// (checkFiringHistory), kept by compact; nil for a run restored from
 	// a checkpoint, whose part the checkpoint's state holds.

@@ -32,6 +32,16 @@ type closedFile struct {
 	kind   int8     // kindDocument, kindApproval or another kind
 }
 
+// newClosedFile is the compact record of f, at rel in its run.
+func newClosedFile(rel string, f *fileRec) closedFile {
+	kind := int8(kindOther)
+	if f.doc != nil {
+		kind = int8(f.doc.kind)
+	}
+	return closedFile{rel: internRel(rel), blob: f.blob, digest: digestBytes(f.digest),
+		commit: int32(f.commit.index), landed: int32(f.landed.index), kind: kind}
+}
+
 // relNames interns the relative paths of run directories: every run has
 // the same few names, so a closed run costs a string header per file.
 var relNames sync.Map
@@ -87,12 +97,7 @@ func (r *runAudit) compactFiles() error {
 	r.closed = make([]closedFile, 0, len(r.files))
 	for rel, f := range r.files {
 		a.sigVerdicts(f.path)
-		kind := int8(kindOther)
-		if f.doc != nil {
-			kind = int8(f.doc.kind)
-		}
-		r.closed = append(r.closed, closedFile{rel: internRel(rel), blob: f.blob, digest: digestBytes(f.digest),
-			commit: int32(f.commit.index), landed: int32(f.landed.index), kind: kind})
+		r.closed = append(r.closed, newClosedFile(rel, f))
 		delete(a.files, f.path)
 	}
 	for _, f := range []*fileRec{r.admFile, r.firFile, r.rcFile} {
@@ -152,7 +157,10 @@ func (r *runAudit) openFiles() (map[string]*fileRec, error) {
 	}
 	files := make(map[string]*fileRec, len(closed))
 	for _, c := range closed {
-		f := &fileRec{path: r.dir + "/" + c.rel, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}
+		f, err := a.reviveFile(r.dir+"/"+c.rel, c)
+		if err != nil {
+			return nil, err
+		}
 		if c.kind == kindDocument || c.kind == kindApproval {
 			f.doc = &docRec{kind: int(c.kind)}
 		}
@@ -217,10 +225,25 @@ func (a *auditor) fileAt(p string) (*fileRec, error) {
 	}
 	for _, c := range closed {
 		if c.rel == rel {
-			return &fileRec{path: p, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}, nil
+			return a.reviveFile(p, c)
 		}
 	}
 	return nil, nil
+}
+
+// reviveFile is a record of the file at p from its compact record c.
+// Checkpoints keep only receipts' digests (closedPacker): the digest of
+// any other file restored from one is computed again from its blob.
+func (a *auditor) reviveFile(p string, c closedFile) (*fileRec, error) {
+	f := &fileRec{path: p, blob: c.blob, commit: a.commitAt(c.commit), landed: a.commitAt(c.landed), digest: c.digestString()}
+	if f.digest == "" {
+		data, err := readRaw(a.rd, plumbing.BlobObject, c.blob)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: %s: %w", p, err)
+		}
+		f.digest = specs.DigestOf(data)
+	}
+	return f, nil
 }
 
 // fileOrNil is fileAt for checks that cannot return an error: the first

@@ -133,6 +133,16 @@ func TestAuditRSSHelper(t *testing.T) {
 	hwm, err := vmHWM()
 	require.NoError(t, err)
 	fmt.Printf("VmHWM-bytes %d\n", hwm)
+	status, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	for line := range strings.Lines(string(status)) {
+		if strings.HasPrefix(line, "Rss") {
+			fmt.Print("at the end: ", line)
+		}
+	}
+	fmt.Printf("heap: HeapSys %d, HeapInuse %d, NextGC %d, NumGC %d; %d runs, %d documents\n", ms.HeapSys, ms.HeapInuse, ms.NextGC, ms.NumGC, runs, s.Documents)
 }
 
 // vmHWM reads the process's peak resident set from /proc/self/status.

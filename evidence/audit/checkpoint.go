@@ -56,7 +56,6 @@ type Checkpoint struct {
 // decodes in one pass without escapes (a JSON object per file costs
 // several times more than the audit of a run):
 //
-//	Commits: <hash> <committer time, Unix seconds>           oldest first
 //	Runs:    <admitted 0|1> <receipt sequence, 0: none> <previous receipt digest|-> <its path|-> <dir>
 //	Files:   <landed: index in Commits> <blob> <digest> <kind> <run: index in Runs|-> <content, base64|-> <path>
 //
@@ -64,6 +63,11 @@ type Checkpoint struct {
 // (chain link) or - (other); only index entries and chain links carry
 // their content. Runs without a receipt are read and checked again by
 // the audit that starts from the checkpoint.
+//
+// Commits is every commit of the first-parent history up to the tip,
+// oldest first, packed (base64): its hash (20 bytes) and committer time
+// (Unix seconds, 8 bytes big-endian) each. Index entries and chain links
+// carry "-" for their digest, computed from their content when needed.
 //
 // The files of runs with a receipt are not in Files but packed in Closed
 // (base64), a record each, their names relative to the run directory in
@@ -77,7 +81,7 @@ type Checkpoint struct {
 // each profile, the nodes signet holds, and the snapshots identity
 // reasons of firings not admitted yet are proven against.
 type State struct {
-	Commits []string `json:"commits"`
+	Commits string   `json:"commits"`
 	Runs    []string `json:"runs"`
 	Files   []string `json:"files"`
 	Latest  []string `json:"latest"`
@@ -182,18 +186,22 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	bad := func(field string, i int, format string, args ...any) error {
 		return checkpointErr(name, fmt.Sprintf("%s line %d", field, i+1), format, args...)
 	}
-	var commits []*commitInfo
-	for i, line := range st.Commits {
-		hash, when, ok := strings.Cut(line, " ")
-		t, err := strconv.ParseInt(when, 10, 64)
-		if !ok || err != nil || !evidence.IsCommitHash(hash) {
-			return nil, bad("state.commits", i, "%q is not a commit hash and a time", line)
-		}
-		ci := &commitInfo{hash: plumbing.NewHash(hash), when: time.Unix(t, 0), index: i, sigErr: &sigResult{}}
+	packedCommits, err := base64.StdEncoding.DecodeString(st.Commits)
+	if err != nil || len(packedCommits)%28 != 0 {
+		return nil, checkpointErr(name, "state.commits", "is not base64 of 28-byte records")
+	}
+	commits := make([]*commitInfo, len(packedCommits)/28)
+	infos := make([]commitInfo, len(commits))
+	done := &sigResult{}
+	for i := range commits {
+		b := packedCommits[i*28:]
+		ci := &infos[i]
+		copy(ci.hash[:], b[:20])
+		ci.when, ci.index, ci.sigErr = time.Unix(int64(binary.BigEndian.Uint64(b[20:28])), 0), i, done
 		if a.byHash.get(ci.hash) != nil {
-			return nil, bad("state.commits", i, "%s appears twice", hash)
+			return nil, checkpointErr(name, fmt.Sprintf("state.commits record %d", i+1), "%s appears twice", ci.hash)
 		}
-		commits = append(commits, ci)
+		commits[i] = ci
 		a.byHash.put(ci)
 	}
 	if len(commits) == 0 || commits[len(commits)-1].hash.String() != cp.Tip {
@@ -268,6 +276,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 			if fr.data, err = base64.StdEncoding.DecodeString(f[5]); err != nil {
 				return nil, bad("state.files", i, "content of %s: %v", p, err)
 			}
+			fr.digest = "" // as addFile keeps them
 		}
 		if f[4] == "-" {
 			a.files[p] = fr
@@ -334,9 +343,12 @@ func (a *auditor) endState() (*Checkpoint, error) {
 	tip := commits[len(commits)-1]
 	cp := Checkpoint{Branch: a.branch, Tip: tip.hash.String(), TipCommitted: tip.when.UTC(), AuditedAt: a.opts.Now.UTC(),
 		TrustPolicyDigest: a.policy.Digest()}
+	packedCommits := make([]byte, 0, 28*len(commits))
 	for _, c := range commits {
-		cp.State.Commits = append(cp.State.Commits, c.hash.String()+" "+strconv.FormatInt(c.when.Unix(), 10))
+		packedCommits = append(packedCommits, c.hash[:]...)
+		packedCommits = binary.BigEndian.AppendUint64(packedCommits, uint64(c.when.Unix()))
 	}
+	cp.State.Commits = base64.StdEncoding.EncodeToString(packedCommits)
 	type line struct{ path, text string }
 	var lines []line
 	fileLine := func(p string, landed int, blob plumbing.Hash, digest specs.Digest, data []byte, run string) {
@@ -400,8 +412,8 @@ func (a *auditor) endState() (*Checkpoint, error) {
 			run = strconv.Itoa(i)
 		}
 		d := f.digest
-		if k := classify(p); d == "" && (k == kindIndex || k == kindChain) {
-			d = specs.DigestOf(f.data)
+		if k := classify(p); k == kindIndex || k == kindChain {
+			d = "-"
 		}
 		fileLine(p, f.landed.index, f.blob, d, f.data, run)
 	}
@@ -466,20 +478,21 @@ func (a *auditor) decodeClosed(name string, st *State, runs []*runAudit, commits
 	if len(st.ClosedNames) > 1<<16 {
 		return bad("%d names, more than %d", len(st.ClosedNames), 1<<16)
 	}
+	names := make([]string, len(st.ClosedNames))
 	for i, n := range st.ClosedNames {
 		if n == "" || path.IsAbs(n) || path.Clean(n) != n || n == ".." || strings.HasPrefix(n, "../") {
 			return checkpointErr(name, fmt.Sprintf("state.closedNames line %d", i+1), "%q is not a path inside a run directory", n)
 		}
+		names[i] = internRel(n)
 	}
 	buf, err := base64.StdEncoding.DecodeString(st.Closed)
 	if err != nil {
 		return bad("does not decode: %v", err)
 	}
-	type key struct {
-		run  uint32
-		name uint16
-	}
-	seen := map[key]bool{}
+	// Records come by run, then by name (closedPacker): a file named
+	// twice is a record not after the one before.
+	var prevRun uint32
+	prevName := ""
 	for i := 0; len(buf) > 0; i++ {
 		if len(buf) < 32 {
 			return bad("record %d is cut short", i+1)
@@ -499,10 +512,10 @@ func (a *auditor) decodeClosed(name string, st *State, runs []*runAudit, commits
 			return bad("record %d: landed %d is not a commit of state.commits", i+1, landed)
 		case kind > 2 || hasDigest > 1:
 			return bad("record %d: kind %d, digest flag %d", i+1, kind, hasDigest)
-		case seen[key{ri, ni}]:
-			return bad("record %d: %s of run %s appears twice", i+1, st.ClosedNames[ni], runs[ri].dir)
+		case i > 0 && (ri < prevRun || ri == prevRun && names[ni] <= prevName):
+			return bad("record %d: %s of run %s is not after the record before (by run, then name): named twice, or out of order", i+1, names[ni], runs[ri].dir)
 		}
-		seen[key{ri, ni}] = true
+		prevRun, prevName = ri, names[ni]
 		if hasDigest == 1 {
 			if len(buf) < 32 {
 				return bad("record %d is cut short", i+1)
@@ -511,7 +524,7 @@ func (a *auditor) decodeClosed(name string, st *State, runs []*runAudit, commits
 			buf = buf[32:]
 		}
 		r := runs[ri]
-		c.rel = internRel(st.ClosedNames[ni])
+		c.rel = names[ni]
 		c.commit, c.landed = int32(landed), int32(landed)
 		c.kind = [...]int8{kindOther, kindDocument, kindApproval}[kind]
 		r.closed = append(r.closed, c)

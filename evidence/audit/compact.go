@@ -130,11 +130,11 @@ func (r *runAudit) spillClosed() error {
 			return err
 		}
 	}
-	off, err := a.spill.put(r.closed)
+	ref, err := a.spill.put(r.closed, r)
 	if err != nil {
 		return err
 	}
-	r.spilled = spillRef{off: off, n: int32(len(r.closed))}
+	r.spilled = ref
 	r.closed = nil
 	return nil
 }
@@ -168,6 +168,9 @@ func (r *runAudit) openFiles() (map[string]*fileRec, error) {
 		a.files[f.path] = f
 	}
 	a.closedFiles -= len(closed)
+	if r.spilled.n > 0 {
+		a.spill.segs[r.spilled.seg] = nil // superseded: scan skips them
+	}
 	r.closed, r.spilled = nil, spillRef{}
 	return files, nil
 }
@@ -219,6 +222,11 @@ func (a *auditor) fileAt(p string) (*fileRec, error) {
 		return nil, nil
 	}
 	rel, _ := r.rel(p)
+	for _, f := range []*fileRec{r.rcFile, r.admFile, r.firFile} {
+		if f != nil && f.digest != "" && rel == keptName(r, f) {
+			return f, nil
+		}
+	}
 	closed, err := r.closedRecs()
 	if err != nil {
 		return nil, err
@@ -229,6 +237,18 @@ func (a *auditor) fileAt(p string) (*fileRec, error) {
 		}
 	}
 	return nil, nil
+}
+
+// keptName is the name in r's directory of f, one of the records compact
+// keeps.
+func keptName(r *runAudit, f *fileRec) string {
+	switch f {
+	case r.rcFile:
+		return evidence.ReceiptFile
+	case r.admFile:
+		return evidence.AdmissionFile
+	}
+	return evidence.FiringFile
 }
 
 // reviveFile is a record of the file at p from its compact record c.
@@ -256,14 +276,13 @@ func (a *auditor) fileOrNil(p string) *fileRec {
 	return f
 }
 
-// closedOrNil is closedRecs for checks that cannot return an error, as
-// fileOrNil.
-func (r *runAudit) closedOrNil() []closedFile {
-	c, err := r.closedRecs()
-	if err != nil && r.a.ioErr == nil {
-		r.a.ioErr = err
+// scanClosed calls fn with the compact record of every file of every
+// compacted run, for checks that cannot return an error: the first one
+// is kept in a.ioErr, as fileOrNil.
+func (a *auditor) scanClosed(fn func(r *runAudit, c *closedFile)) {
+	if err := a.spill.scan(fn); err != nil && a.ioErr == nil {
+		a.ioErr = err
 	}
-	return c
 }
 
 // spill is a temporary file of closedFile records, unlinked once created
@@ -276,18 +295,23 @@ type spill struct {
 	// names interns the relative paths the records name by index.
 	names []string
 	index map[string]uint16
-	mu    sync.Mutex
+	// segs are the runs whose records each put wrote, by the segment
+	// number the records carry; nil once a reopened run took them back.
+	segs []*runAudit
+	mu   sync.Mutex
 }
 
 // spillRef is where a run's records are in the spill file.
 type spillRef struct {
 	off int64
 	n   int32
+	seg uint32
 }
 
 // spillRecord is the size of one closedFile in the spill file: blob,
-// digest, commit, landed, kind and the index of its relative path.
-const spillRecord = 20 + 32 + 4 + 4 + 1 + 2
+// digest, commit, landed, kind, the index of its relative path and the
+// segment (spill.segs) it belongs to.
+const spillRecord = 20 + 32 + 4 + 4 + 1 + 2 + 4
 
 func newSpill() (*spill, error) {
 	f, err := os.CreateTemp("", "signet-audit-spill-")
@@ -304,16 +328,20 @@ func (s *spill) close() {
 	}
 }
 
-func (s *spill) put(recs []closedFile) (int64, error) {
+func (s *spill) put(recs []closedFile, r *runAudit) (spillRef, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	off := s.size
+	ref := spillRef{off: s.size, n: int32(len(recs)), seg: uint32(len(s.segs))}
+	if len(recs) == 0 {
+		return spillRef{}, nil
+	}
+	s.segs = append(s.segs, r)
 	var b [spillRecord]byte
 	for _, c := range recs {
 		i, ok := s.index[c.rel]
 		if !ok {
 			if len(s.names) == 1<<16-1 {
-				return 0, fmt.Errorf("evidence: audit spill file: more than %d file names in run directories", 1<<16-1)
+				return spillRef{}, fmt.Errorf("evidence: audit spill file: more than %d file names in run directories", 1<<16-1)
 			}
 			i = uint16(len(s.names))
 			s.names = append(s.names, c.rel)
@@ -325,12 +353,13 @@ func (s *spill) put(recs []closedFile) (int64, error) {
 		binary.LittleEndian.PutUint32(b[56:], uint32(c.landed))
 		b[60] = byte(c.kind)
 		binary.LittleEndian.PutUint16(b[61:], i)
+		binary.LittleEndian.PutUint32(b[63:], ref.seg)
 		if _, err := s.w.Write(b[:]); err != nil {
-			return 0, fmt.Errorf("evidence: audit spill file: %w", err)
+			return spillRef{}, fmt.Errorf("evidence: audit spill file: %w", err)
 		}
 		s.size += spillRecord
 	}
-	return off, nil
+	return ref, nil
 }
 
 func (s *spill) get(ref spillRef) ([]closedFile, error) {
@@ -345,20 +374,60 @@ func (s *spill) get(ref spillRef) ([]closedFile, error) {
 	}
 	out := make([]closedFile, ref.n)
 	for i := range out {
-		b := buf[i*spillRecord:]
-		c := &out[i]
-		copy(c.blob[:], b[0:20])
-		copy(c.digest[:], b[20:52])
-		c.commit = int32(binary.LittleEndian.Uint32(b[52:]))
-		c.landed = int32(binary.LittleEndian.Uint32(b[56:]))
-		c.kind = int8(b[60])
-		n := binary.LittleEndian.Uint16(b[61:])
-		if int(n) >= len(s.names) {
-			return nil, fmt.Errorf("evidence: audit spill file: record %d names path %d of %d", i, n, len(s.names))
+		if _, err := s.decode(buf[i*spillRecord:], &out[i]); err != nil {
+			return nil, err
 		}
-		c.rel = s.names[n]
 	}
 	return out, nil
+}
+
+// decode reads the record at the start of b into c and returns its
+// segment.
+func (s *spill) decode(b []byte, c *closedFile) (uint32, error) {
+	copy(c.blob[:], b[0:20])
+	copy(c.digest[:], b[20:52])
+	c.commit = int32(binary.LittleEndian.Uint32(b[52:]))
+	c.landed = int32(binary.LittleEndian.Uint32(b[56:]))
+	c.kind = int8(b[60])
+	n := binary.LittleEndian.Uint16(b[61:])
+	seg := binary.LittleEndian.Uint32(b[63:])
+	if int(n) >= len(s.names) || int(seg) >= len(s.segs) {
+		return 0, fmt.Errorf("evidence: audit spill file: a record names path %d of %d, segment %d of %d", n, len(s.names), seg, len(s.segs))
+	}
+	c.rel = s.names[n]
+	return seg, nil
+}
+
+// scan calls fn with every record of the runs still compacted, reading
+// the file once, in order.
+func (s *spill) scan(fn func(r *runAudit, c *closedFile)) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("evidence: audit spill file: %w", err)
+	}
+	buf := make([]byte, 4096*spillRecord)
+	var c closedFile
+	for off := int64(0); off < s.size; {
+		n := min(int64(len(buf)), s.size-off)
+		if _, err := s.f.ReadAt(buf[:n], off); err != nil {
+			return fmt.Errorf("evidence: audit spill file: %w", err)
+		}
+		for b := buf[:n]; len(b) > 0; b = b[spillRecord:] {
+			seg, err := s.decode(b, &c)
+			if err != nil {
+				return err
+			}
+			if r := s.segs[seg]; r != nil {
+				fn(r, &c)
+			}
+		}
+		off += n
+	}
+	return nil
 }
 
 // commitIndex finds first-parent commits by hash: by the first 8 bytes

@@ -85,26 +85,32 @@ func (a *auditor) checkCopies() {
 			count[f.blob]++
 		}
 	}
-	for _, r := range a.runsByDir {
-		for _, c := range r.closedOrNil() {
-			if c.kind == kindDocument {
-				count[c.blob]++
-			}
+	a.scanClosed(func(_ *runAudit, c *closedFile) {
+		if c.kind == kindDocument {
+			count[c.blob]++
 		}
-	}
+	})
 	var docs []doc
 	for p, f := range a.files {
 		if f.doc != nil && f.doc.kind == kindDocument && count[f.blob] > 1 {
 			docs = append(docs, doc{dir: p, blob: f.blob, landed: f.landed.index, commit: f.commit})
 		}
 	}
-	for _, r := range a.runsByDir {
-		for _, c := range r.closedOrNil() {
-			if c.kind == kindDocument && count[c.blob] > 1 {
-				docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
-			}
+	dup := false
+	for _, n := range count {
+		if n > 1 {
+			dup = true
+			break
 		}
 	}
+	if !dup {
+		return
+	}
+	a.scanClosed(func(r *runAudit, c *closedFile) {
+		if c.kind == kindDocument && count[c.blob] > 1 {
+			docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
+		}
+	})
 	pathOf := func(d doc) string {
 		if d.rel == "" {
 			return d.dir

@@ -3,10 +3,10 @@ package audit
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"maps"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"sort"
 	"strconv"

@@ -126,6 +126,17 @@ func (d *Dir) forget(names []string) {
 	d.baseMu.Unlock()
 }
 
+// DropResident drops the pages of the mapped packs read so far from the
+// process's resident set (Linux; elsewhere it does nothing). Reading an
+// object afterwards maps its pages again: a reader of the whole history
+// (the audit) calls it now and then, so that its resident set does not
+// grow with the packs' size.
+func (d *Dir) DropResident() {
+	for _, p := range d.packList() {
+		dropResident(p.data)
+	}
+}
+
 // Close unmaps every pack; d must not be read afterwards.
 func (d *Dir) Close() {
 	d.mu.Lock()

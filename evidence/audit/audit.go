@@ -175,7 +175,10 @@ type fileRec struct {
 	landed *commitInfo
 	digest specs.Digest
 	data   []byte // node snapshots, index entries and chain links only
-	doc    *docRec
+	// link is a chain link restored from a checkpoint, decoded (data is
+	// then nil): the audit that wrote it decoded it.
+	link *evidence.ChainLink
+	doc  *docRec
 }
 
 // auditor holds one audit's state.

@@ -25,7 +25,7 @@ func (a *auditor) checkChains() {
 	}
 	links := map[string]map[int64]*link{}
 	for p, f := range a.files {
-		if !strings.HasPrefix(p, "chain/") || f.data == nil {
+		if !strings.HasPrefix(p, "chain/") || f.data == nil && f.link == nil {
 			continue
 		}
 		fail := func(msg string) {
@@ -42,7 +42,9 @@ func (a *auditor) checkChains() {
 			continue
 		}
 		var l evidence.ChainLink
-		if err := signing.StrictUnmarshal(f.data, &l); err != nil {
+		if f.link != nil {
+			l = *f.link
+		} else if err := signing.StrictUnmarshal(f.data, &l); err != nil {
 			fail("link does not decode: " + err.Error())
 			continue
 		}

@@ -61,7 +61,8 @@ type Checkpoint struct {
 //
 // Kind is d (signed document), a (approval copy), i (index entry), c
 // (chain link) or - (other); only index entries and chain links carry
-// their content. Runs without a receipt are read and checked again by
+// their content, a chain link decoded (encodeLink: run, receipt path and
+// digest, one a line). Runs without a receipt are read and checked again by
 // the audit that starts from the checkpoint.
 //
 // Commits is every commit of the first-parent history up to the tip,
@@ -277,6 +278,13 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 				return nil, bad("state.files", i, "content of %s: %v", p, err)
 			}
 			fr.digest = "" // as addFile keeps them
+			if kind == kindChain {
+				parts := strings.Split(string(fr.data), "\n")
+				if len(parts) != 3 {
+					return nil, bad("state.files", i, "content of %s is not a run, a receipt path and its digest", p)
+				}
+				fr.link, fr.data = &evidence.ChainLink{Run: parts[0], Receipt: evidence.FileRef{Path: parts[1], Digest: specs.Digest(parts[2])}}, nil
+			}
 		}
 		if f[4] == "-" {
 			a.files[p] = fr
@@ -361,7 +369,7 @@ func (a *auditor) endState() (*Checkpoint, error) {
 		case kindIndex:
 			kind, content = "i", base64.StdEncoding.EncodeToString(data)
 		case kindChain:
-			kind, content = "c", base64.StdEncoding.EncodeToString(data)
+			kind, content = "c", base64.StdEncoding.EncodeToString(data) // encodeLink's
 		}
 		lines = append(lines, line{p, fmt.Sprintf("%d %s %s %s %s %s %s", landed, blob, digest, kind, run, content, p)})
 	}
@@ -411,11 +419,18 @@ func (a *auditor) endState() (*Checkpoint, error) {
 		if i, ok := runOf[f]; ok {
 			run = strconv.Itoa(i)
 		}
-		d := f.digest
-		if k := classify(p); k == kindIndex || k == kindChain {
+		d, data := f.digest, f.data
+		switch classify(p) {
+		case kindIndex:
 			d = "-"
+		case kindChain:
+			d = "-"
+			var err error
+			if data, err = encodeLink(p, f); err != nil {
+				return nil, err
+			}
 		}
-		fileLine(p, f.landed.index, f.blob, d, f.data, run)
+		fileLine(p, f.landed.index, f.blob, d, data, run)
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].path < lines[j].path })
 	for _, l := range lines {
@@ -539,4 +554,21 @@ func (a *auditor) decodeClosed(name string, st *State, runs []*runAudit, commits
 		}
 	}
 	return nil
+}
+
+// encodeLink is what a checkpoint carries of chain link f (at p): its
+// run, receipt path and digest, one a line, decoded once by the audit
+// that wrote it (checkChains reads them, not the JSON).
+func encodeLink(p string, f *fileRec) ([]byte, error) {
+	l := f.link
+	if l == nil {
+		l = &evidence.ChainLink{}
+		if err := signing.StrictUnmarshal(f.data, l); err != nil {
+			return nil, fmt.Errorf("evidence: chain link %s cannot be written in a checkpoint: %w", p, err)
+		}
+	}
+	if strings.Contains(l.Run+l.Receipt.Path+string(l.Receipt.Digest), "\n") {
+		return nil, fmt.Errorf("evidence: chain link %s cannot be written in a checkpoint", p)
+	}
+	return []byte(l.Run + "\n" + l.Receipt.Path + "\n" + string(l.Receipt.Digest)), nil
 }

@@ -234,7 +234,9 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 		if err != nil || seq < 0 || (f[0] != "0" && f[0] != "1") || !ok || !rp.InRun() || rp.Dir() != f[4] || a.runsByDir[f[4]] != nil {
 			return nil, bad("state.runs", i, "%q is not a run directory named once, admitted 0 or 1 and a receipt sequence", line)
 		}
-		r := newRunAudit(a, rp.Cluster, rp.Run, f[4], map[string]*fileRec{})
+		// Only files and what checkAll reads: a run with a receipt is not
+		// checked again unless a later file reopens it (newRunAudit).
+		r := &runAudit{a: a, cluster: rp.Cluster, id: rp.Run, dir: f[4], files: map[string]*fileRec{}}
 		r.admitted = f[0] == "1"
 		if seq > 0 {
 			r.receipt = &evidence.Receipt{Sequence: seq}

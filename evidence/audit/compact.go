@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"sync"
 
@@ -200,6 +201,12 @@ func (a *auditor) sigVerdicts(p string) {
 func (a *auditor) closedRunOf(p string) *runAudit {
 	if !a.stream {
 		return nil
+	}
+	// A file directly in a run directory (a receipt, most often): no
+	// need to parse the path. A record of the run at p means ParsePath
+	// placed p there when it was added.
+	if r := a.runsByDir[path.Dir(p)]; r != nil && r.compacted {
+		return r
 	}
 	rp, ok := evidence.ParsePath(p)
 	if !ok || !rp.InRun() {

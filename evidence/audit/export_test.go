@@ -16,6 +16,3 @@ func SetAfterWalk(f func()) (restore func()) {
 	afterWalk = f
 	return func() { afterWalk = old }
 }
-
-// ResumeState is the state a Resume carries (tests).
-func ResumeState(r *Resume) *State { return &r.cp.State }

@@ -114,6 +114,7 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	defer rd.close()
 	a := newAuditor(rd, rd.display, rd.branch, opts)
 	a.stream = true
+	defer func() { a.spill.close() }()
 	var cp *Checkpoint
 	switch {
 	case opts.Checkpoint != nil && opts.Resume != nil:
@@ -131,8 +132,14 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	if err := a.walk(ctx, cp); err != nil {
 		return nil, err
 	}
+	if afterWalk != nil {
+		afterWalk()
+	}
 	a.checkSince()
 	a.checkAll()
+	if a.ioErr != nil {
+		return nil, a.ioErr
+	}
 	rep := a.report()
 	if rep.Clean() && opts.CheckpointKey != nil {
 		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey); err != nil {
@@ -168,7 +175,10 @@ type fileRec struct {
 	landed *commitInfo
 	digest specs.Digest
 	data   []byte // node snapshots, index entries and chain links only
-	doc    *docRec
+	// link is a chain link restored from a checkpoint, decoded (data is
+	// then nil): the audit that wrote it decoded it.
+	link *evidence.ChainLink
+	doc  *docRec
 }
 
 // auditor holds one audit's state.
@@ -179,7 +189,7 @@ type auditor struct {
 	opts         Options
 	policy       *signing.TrustPolicy
 	commits      []*commitInfo
-	byHash       map[plumbing.Hash]*commitInfo
+	byHash       commitIndex
 	// files is the latest version of every path ever added; versions
 	// keeps every version of paths that changed.
 	files    map[string]*fileRec
@@ -199,6 +209,17 @@ type auditor struct {
 	stream    bool
 	runsByDir map[string]*runAudit
 	closed    []*runAudit
+	// sigFindings are the signature verdicts of the files compact
+	// dropped (sigVerdicts); closedFiles counts those files.
+	sigFindings []sigFinding
+	closedFiles int
+	// sigDone counts the commits whose signature verdicts are reported
+	// (commitVerdicts).
+	sigDone int
+	// spill holds the compact file records of checked runs; ioErr is the
+	// first error reading it back in a whole-branch check.
+	spill *spill
+	ioErr error
 	// bindings: list every digest binding checked in the run reports
 	// (Verify, one run); a whole-branch audit reports only the ones that
 	// fail, as findings.
@@ -220,12 +241,17 @@ type auditor struct {
 	readMu sync.Mutex
 }
 
+// afterWalk, when set (tests), is called by Branch between the walk and
+// the whole-branch checks: the state then is what the audit keeps of the
+// whole history.
+var afterWalk func()
+
 // closedRunBatch is how many runs with a receipt the replay lets
 // accumulate before it checks them and drops their decoded documents.
 var closedRunBatch = 256
 
 func newAuditor(rd BranchReader, repo, branch string, opts Options) *auditor {
-	return &auditor{rd: rd, repo: repo, branch: branch, opts: opts, policy: opts.Policy, byHash: map[plumbing.Hash]*commitInfo{},
+	return &auditor{rd: rd, repo: repo, branch: branch, opts: opts, policy: opts.Policy, byHash: newCommitIndex(),
 		files: map[string]*fileRec{}, versions: map[string][]*fileRec{},
 		curTrees: map[plumbing.Hash][]object.TreeEntry{}, prevTrees: map[plumbing.Hash][]object.TreeEntry{},
 		runsByDir: map[string]*runAudit{}}
@@ -263,34 +289,39 @@ func (a *auditor) checkClosed() error {
 	if err := a.pool.wait(); err != nil {
 		return err
 	}
+	a.commitVerdicts()
+	if d, ok := a.rd.(interface{ dropResident() }); ok {
+		d.dropResident() // the pages of the pack read so far stay in the page cache only
+	}
 	batch := a.closed
 	a.closed = nil
 	a.checkRuns(batch)
 	for _, r := range batch {
-		r.compact()
+		if err := r.compact(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // checkAll runs every check that needs the whole branch read.
 func (a *auditor) checkAll() {
-	// Signature verdicts of every version of every signed document.
+	// Signature verdicts of every version of every signed document: those
+	// of checked runs were recorded when compact dropped their files.
 	var paths []string
 	for p := range a.files {
 		paths = append(paths, p)
+		a.sigVerdicts(p)
 	}
 	sort.Strings(paths)
-	for _, p := range paths {
-		vs := a.versions[p]
-		if len(vs) == 0 {
-			vs = []*fileRec{a.files[p]}
-		}
-		for _, f := range vs {
-			if f.doc != nil && f.doc.err != nil {
-				a.add(Finding{Rule: f.doc.rule, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(), Message: f.doc.err.Error()})
-			}
-		}
+	sort.SliceStable(a.sigFindings, func(i, j int) bool {
+		x, y := a.sigFindings[i], a.sigFindings[j]
+		return x.path < y.path || x.path == y.path && x.version < y.version
+	})
+	for _, s := range a.sigFindings {
+		a.add(s.f)
 	}
+	a.sigFindings = nil
 	// The layout. Run directories were grouped during the replay
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
@@ -372,7 +403,7 @@ func (a *auditor) checkSince() {
 		a.add(Finding{Rule: RuleHistoryRewritten, Commit: a.opts.Since, Message: fmt.Sprintf("pinned revision %q is not in the repository: the branch was rewritten, or the pin is not a commit of it", a.opts.Since)})
 		return
 	}
-	if _, ok := a.byHash[h]; ok {
+	if a.byHash.get(h) != nil {
 		return
 	}
 	msg := fmt.Sprintf("branch %s at %s does not descend from the pinned commit %s: its history was rewritten", a.branch, shortHash(a.rd.Tip().String()), shortHash(h.String()))
@@ -385,7 +416,7 @@ func (a *auditor) checkSince() {
 // report assembles the audit's report, findings sorted by run and path.
 func (a *auditor) report() *Report {
 	rep := &Report{Repo: a.repo, Branch: a.branch, Tip: a.rd.Tip().String(), Since: a.opts.Since,
-		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files), Documents: a.docs,
+		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files) + a.closedFiles, Documents: a.docs,
 		Runs: []RunReport{}, Findings: dedupe(a.findings)}
 	byRun := map[string][]Finding{}
 	for _, f := range rep.Findings {

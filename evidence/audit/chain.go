@@ -25,7 +25,7 @@ func (a *auditor) checkChains() {
 	}
 	links := map[string]map[int64]*link{}
 	for p, f := range a.files {
-		if !strings.HasPrefix(p, "chain/") || f.data == nil {
+		if !strings.HasPrefix(p, "chain/") || f.data == nil && f.link == nil {
 			continue
 		}
 		fail := func(msg string) {
@@ -42,7 +42,9 @@ func (a *auditor) checkChains() {
 			continue
 		}
 		var l evidence.ChainLink
-		if err := signing.StrictUnmarshal(f.data, &l); err != nil {
+		if f.link != nil {
+			l = *f.link
+		} else if err := signing.StrictUnmarshal(f.data, &l); err != nil {
 			fail("link does not decode: " + err.Error())
 			continue
 		}
@@ -53,7 +55,7 @@ func (a *auditor) checkChains() {
 	}
 	receipts := map[string][]*runAudit{}
 	for _, r := range a.runs {
-		if r.receipt != nil {
+		if r.chainLink() != nil {
 			receipts[r.cluster] = append(receipts[r.cluster], r)
 		}
 	}
@@ -91,7 +93,7 @@ func (a *auditor) checkChains() {
 			fail := func(msg string) {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: l.l.Run, Path: l.path, Commit: l.f.commit.hash.String(), Message: msg})
 			}
-			rf := a.files[l.l.Receipt.Path]
+			rf := a.fileOrNil(l.l.Receipt.Path)
 			switch {
 			case !isReceiptOf(l.l.Receipt.Path, c, l.l.Run):
 				fail(fmt.Sprintf("links %s, not the receipt of run %s of cluster %s", l.l.Receipt.Path, l.l.Run, c))
@@ -110,7 +112,7 @@ func (a *auditor) checkChains() {
 		bySeq := map[int64][]*runAudit{}
 		byPrev := map[string][]*runAudit{}
 		for _, r := range receipts[c] {
-			rc := r.receipt
+			rc := r.chainLink()
 			rp := path.Join(r.dir, evidence.ReceiptFile)
 			fail := func(msg string) {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: r.id, Path: rp, Commit: r.rcFile.commit.hash.String(), Message: msg})
@@ -135,7 +137,7 @@ func (a *auditor) checkChains() {
 					fail(fmt.Sprintf("previous receipt (sequence %d) is not linked", rc.Sequence-1))
 					break
 				}
-				pf := a.files[prev.l.Receipt.Path]
+				pf := a.fileOrNil(prev.l.Receipt.Path)
 				if rc.Previous.Path != prev.l.Receipt.Path || pf == nil || pf.digest != rc.Previous.Digest {
 					fail(fmt.Sprintf("previous is %s %s, but sequence %d is %s", rc.Previous.Path, rc.Previous.Digest, rc.Sequence-1, prev.l.Receipt.Path))
 				} else if r.rcFile.landed.index < pf.landed.index {

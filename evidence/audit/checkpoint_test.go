@@ -187,7 +187,10 @@ func TestIncrementalAuditAgrees(t *testing.T) {
 // agreeAtEveryCommit moves the copy's branch to each commit of its
 // first-parent history in turn and requires a chain of incremental audits
 // (each from the checkpoint of the last clean one, signed by auditor) to
-// report there exactly the findings of the full audit, at now; tampered:
+// report there exactly the findings of the full audit, at now, as must a
+// full audit that checks and compacts every run as soon as its receipt
+// lands (its files then only in the spill file, its receipt only as its
+// place in the chain); tampered:
 // the full audit at the tip has findings. It returns how many incremental
 // audits started from a checkpoint.
 func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.TrustPolicy, auditor *signing.PrivateKey, now time.Time, tampered bool) int {
@@ -203,6 +206,11 @@ func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.Trus
 		require.NoError(t, err)
 		full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now})
 		require.NoError(t, err)
+		restore := audit.SetClosedRunBatch(1)
+		compacted, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now})
+		restore()
+		require.NoError(t, err)
+		require.Equal(t, full.Findings, compacted.Findings, "commit %d %s: the audit that compacts every run at once disagrees with the full one", i, h)
 		incr, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
 			Checkpoint: checkpoint, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
 		require.NoError(t, err, "commit %d", i)

@@ -7,3 +7,12 @@ func SetClosedRunBatch(n int) (restore func()) {
 	closedRunBatch = n
 	return func() { closedRunBatch = old }
 }
+
+// SetAfterWalk sets a function the audit calls once the history is read
+// and every run with a receipt is checked and compacted, before the
+// whole-branch checks; it returns a function restoring the previous one.
+func SetAfterWalk(f func()) (restore func()) {
+	old := afterWalk
+	afterWalk = f
+	return func() { afterWalk = old }
+}

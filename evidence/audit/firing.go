@@ -197,7 +197,7 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 	var fired []*runAudit
 	for _, r := range runs {
 		i := strings.LastIndexByte(r.id, '-')
-		if r.files[evidence.FiringFile] == nil || i <= 0 {
+		if r.firFile == nil || i <= 0 {
 			continue
 		}
 		seq, ok := specs.FiringSequence(r.id[:i], r.id)
@@ -219,7 +219,7 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 		if seq == 1 {
 			continue
 		}
-		f := r.files[evidence.FiringFile]
+		f := r.firFile
 		fail := func(msg string) {
 			a.add(Finding{Rule: RuleFiringSequence, Cluster: r.cluster, Run: r.id, Path: path.Join(r.dir, evidence.FiringFile), Commit: f.landed.hash.String(), Message: msg})
 		}
@@ -227,9 +227,9 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 		switch {
 		case prev == nil:
 			fail(fmt.Sprintf("firing %d of %s in cluster %s, but there is no firing %d: firings are numbered without a gap", seq, name, r.cluster, seq-1))
-		case f.landed.index <= prev.files[evidence.FiringFile].landed.index:
+		case f.landed.index <= prev.firFile.landed.index:
 			fail(fmt.Sprintf("landed in commit %s, not after firing %d (%s): a firing is appended only on a tip holding the one before",
-				shortHash(f.landed.hash.String()), seq-1, shortHash(prev.files[evidence.FiringFile].landed.hash.String())))
+				shortHash(f.landed.hash.String()), seq-1, shortHash(prev.firFile.landed.hash.String())))
 		}
 	}
 }

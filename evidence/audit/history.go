@@ -70,7 +70,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 	slices.Reverse(chain)
 	for i, c := range chain {
 		c.index = len(a.baseCommits) + i
-		a.byHash[c.hash] = c
+		a.byHash.put(c)
 	}
 	a.commits = chain
 	a.checkCommitTimes()
@@ -122,14 +122,26 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 	if err := a.pool.wait(); err != nil {
 		return err
 	}
-	for _, c := range a.commits {
+	a.commitVerdicts()
+	return nil
+}
+
+// commitVerdicts reports the commit signatures that do not count, in
+// first-parent order, and drops each commit's verification record. Every
+// commit's check was submitted by history, so once the pool has been
+// waited for they are all done: whole-branch audits call it at their
+// first batch (checkClosed), so that the records do not stay for the
+// whole replay.
+func (a *auditor) commitVerdicts() {
+	for _, c := range a.commits[a.sigDone:] {
 		if r := c.sigErr; r.err != nil {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: refusalMessage(r.err).Error()})
 		} else if why := a.pool.revokedAfterAnchor(r.key, c); why != "" {
 			a.add(Finding{Rule: RuleCommitSignature, Commit: c.hash.String(), Message: why})
 		}
+		c.sigErr = nil
 	}
-	return nil
+	a.sigDone = len(a.commits)
 }
 
 // diff compares the tree old (zero for none) with new at dir. Entries with
@@ -269,6 +281,12 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		}
 		f.digest = specs.DigestOf(data)
 	}
+	if r := a.closedRunOf(p); r != nil {
+		// A file added to a checked run: its files are needed again.
+		if _, err := a.reopen(r); err != nil {
+			return err
+		}
+	}
 	if old := a.files[p]; old != nil {
 		f.landed = old.landed
 		if len(a.versions[p]) == 0 {
@@ -282,8 +300,12 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		f.doc = &docRec{kind: kind}
 		a.docs++
 		a.pool.submitDoc(f, data)
-	case kindNode, kindIndex, kindChain:
+	case kindNode:
 		f.data = data
+	case kindIndex, kindChain:
+		// Kept to the end of the audit, one of each per run: the digest
+		// is only written in checkpoints, which compute it again.
+		f.data, f.digest = data, ""
 	}
 	if a.stream {
 		return a.addToRun(p, f)
@@ -323,7 +345,14 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 // and snapshots its check dropped. It is checked again with the next
 // batch, or at the end.
 func (a *auditor) reopen(old *runAudit) (*runAudit, error) {
-	r := newRunAudit(a, old.cluster, old.id, old.dir, old.files)
+	files := old.files
+	if old.compacted {
+		var err error
+		if files, err = old.openFiles(); err != nil {
+			return nil, err
+		}
+	}
+	r := newRunAudit(a, old.cluster, old.id, old.dir, files)
 	a.runsByDir[r.dir] = r
 	for rel, f := range r.files {
 		p := path.Join(r.dir, rel)
@@ -410,7 +439,7 @@ func (a *auditor) resolveAnchors(ctx context.Context) error {
 			continue
 		}
 		h := plumbing.NewHash(anchor)
-		if c, ok := a.byHash[h]; ok {
+		if c := a.byHash.get(h); c != nil {
 			a.pool.revokedAfter[id] = c.index
 			continue
 		}

@@ -70,31 +70,69 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 }
 
 // checkCopies: no signed document of one run is byte for byte a document
-// of another run.
+// of another run. The documents of compacted runs are their closedFile
+// records; only blobs that occur more than once are sorted and compared.
 func (a *auditor) checkCopies() {
-	first := map[plumbing.Hash]string{}
-	var paths []string
-	for p, f := range a.files {
+	type doc struct {
+		dir, rel string // rel empty: dir is the whole path (a.files)
+		blob     plumbing.Hash
+		landed   int
+		commit   *commitInfo
+	}
+	count := map[plumbing.Hash]int{}
+	for _, f := range a.files {
 		if f.doc != nil && f.doc.kind == kindDocument {
-			paths = append(paths, p)
+			count[f.blob]++
 		}
 	}
-	// Oldest first, so the copy is the one reported.
-	sort.Slice(paths, func(i, j int) bool {
-		fi, fj := a.files[paths[i]], a.files[paths[j]]
-		if fi.landed.index != fj.landed.index {
-			return fi.landed.index < fj.landed.index
+	a.scanClosed(func(_ *runAudit, c *closedFile) {
+		if c.kind == kindDocument {
+			count[c.blob]++
 		}
-		return paths[i] < paths[j]
 	})
-	for _, p := range paths {
-		f := a.files[p]
-		if o, ok := first[f.blob]; ok && runDirOf(o) != runDirOf(p) {
-			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: f.commit.hash.String(),
+	var docs []doc
+	for p, f := range a.files {
+		if f.doc != nil && f.doc.kind == kindDocument && count[f.blob] > 1 {
+			docs = append(docs, doc{dir: p, blob: f.blob, landed: f.landed.index, commit: f.commit})
+		}
+	}
+	dup := false
+	for _, n := range count {
+		if n > 1 {
+			dup = true
+			break
+		}
+	}
+	if !dup {
+		return
+	}
+	a.scanClosed(func(r *runAudit, c *closedFile) {
+		if c.kind == kindDocument && count[c.blob] > 1 {
+			docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
+		}
+	})
+	pathOf := func(d doc) string {
+		if d.rel == "" {
+			return d.dir
+		}
+		return d.dir + "/" + d.rel
+	}
+	// Oldest first, so the copy is the one reported.
+	sort.Slice(docs, func(i, j int) bool {
+		if docs[i].landed != docs[j].landed {
+			return docs[i].landed < docs[j].landed
+		}
+		return pathOf(docs[i]) < pathOf(docs[j])
+	})
+	first := map[plumbing.Hash]string{}
+	for _, d := range docs {
+		p := pathOf(d)
+		if o, ok := first[d.blob]; ok && runDirOf(o) != runDirOf(p) {
+			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: d.commit.hash.String(),
 				Message: fmt.Sprintf("byte for byte the document %s of another run", o)})
 			continue
 		}
-		first[f.blob] = p
+		first[d.blob] = p
 	}
 }
 

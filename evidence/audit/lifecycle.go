@@ -482,7 +482,8 @@ func (r *runAudit) checkReceipt() {
 		}
 		r.checkCertifiedUntil(&rc, len(pass) > 0)
 	}
-	ec, ok := r.a.byHash[plumbing.NewHash(rc.EvidenceCommit)]
+	ec := r.a.byHash.get(plumbing.NewHash(rc.EvidenceCommit))
+	ok := ec != nil
 	switch {
 	case !ok || len(rc.EvidenceCommit) != 40:
 		r.add(RuleDigestBinding, rel, fmt.Sprintf("evidenceCommit %q is not a commit of the branch's first-parent history", rc.EvidenceCommit))

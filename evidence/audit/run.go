@@ -63,6 +63,15 @@ type runAudit struct {
 	approvedBy map[string][]string
 	// releaseApproved: the release document met the trust policy.
 	releaseApproved bool
+	// compacted: check ran and compactFiles dropped the file records
+	// but those keptRel names (files); closed is what stays of them.
+	compacted bool
+	closed    []closedFile
+	spilled   spillRef
+	// link is what checkChains reads of the receipt once compact has
+	// dropped it (linked: there was one).
+	link   receiptLink
+	linked bool
 	// hist is what the run adds to the replay that proves firings
 	// (checkFiringHistory), kept by compact; nil for a run restored from
 	// a checkpoint, whose part the checkpoint's state holds.
@@ -79,7 +88,7 @@ func newRunAudit(a *auditor, cluster, id, dir string, files map[string]*fileRec)
 // decoded documents and predicates, node snapshots, approval copies. What
 // the whole-branch checks read (digests, landing commits, the receipt)
 // and the report stay.
-func (r *runAudit) compact() {
+func (r *runAudit) compact() error {
 	vp := r.a.pool
 	for _, f := range r.files {
 		if f.doc != nil {
@@ -92,6 +101,12 @@ func (r *runAudit) compact() {
 	}
 	r.adm, r.ev, r.checks, r.subjects, r.bound, r.firing = nil, nil, nil, nil, nil, nil
 	r.snapshots, r.intents, r.actions, r.approvedBy = nil, nil, nil, nil
+	if r.a.stream {
+		r.finish()
+		r.signers, r.approver = nil, nil
+		return r.compactFiles()
+	}
+	return nil
 }
 
 func (r *runAudit) add(rule, rel, msg string) {
@@ -322,6 +337,9 @@ func (r *runAudit) checkUnbound() {
 	}
 }
 
+// finish writes the run's signers and approvers into its report, once:
+// compact calls it for the runs it drops (their maps then go), checkAll
+// for the others.
 func (r *runAudit) finish() {
 	for k := range r.signers {
 		r.report.Signers = append(r.report.Signers, k)

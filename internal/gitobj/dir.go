@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -45,8 +46,11 @@ type baseKey struct {
 	off  int64
 }
 
-// maxBaseBytes bounds the delta base cache.
-const maxBaseBytes = 64 << 20
+// MaxBaseBytes bounds the delta base cache of every Dir: 64 MiB unless a
+// benchmark that measures what else a reader keeps sets it lower.
+var MaxBaseBytes atomic.Int64
+
+func init() { MaxBaseBytes.Store(64 << 20) }
 
 // OpenDir opens gitDir's objects directory. It refuses a
 // repository with alternates (objects stored elsewhere), which the
@@ -120,6 +124,17 @@ func (d *Dir) forget(names []string) {
 	clear(d.bases)
 	d.baseBytes = 0
 	d.baseMu.Unlock()
+}
+
+// DropResident drops the pages of the mapped packs read so far from the
+// process's resident set (Linux; elsewhere it does nothing). Reading an
+// object afterwards maps its pages again: a reader of the whole history
+// (the audit) calls it now and then, so that its resident set does not
+// grow with the packs' size.
+func (d *Dir) DropResident() {
+	for _, p := range d.packList() {
+		dropResident(p.data)
+	}
 }
 
 // Close unmaps every pack; d must not be read afterwards.
@@ -372,7 +387,7 @@ func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []
 	e[0] = byte(t)
 	copy(e[1:], data)
 	d.baseMu.Lock()
-	if d.baseBytes+len(e) > maxBaseBytes {
+	if int64(d.baseBytes+len(e)) > MaxBaseBytes.Load() {
 		clear(d.bases)
 		d.baseBytes = 0
 	}

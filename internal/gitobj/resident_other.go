@@ -1,0 +1,6 @@
+//go:build !linux
+
+package gitobj
+
+// dropResident does nothing where packs are not mapped with madvise.
+func dropResident([]byte) {}

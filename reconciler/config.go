@@ -210,6 +210,13 @@ type KubernetesConfig struct {
 	// LeaderElection makes replicas of the daemon elect one leader through
 	// a coordination.k8s.io Lease before acting.
 	LeaderElection *LeaderElectionConfig `json:"leaderElection,omitempty"`
+	// ReserveTaintOnly reserves nodes with signet's NoSchedule taint
+	// alone, without cordoning them: set it where checks go through a
+	// Kueue queue with topology-aware scheduling, which leaves cordoned
+	// nodes out of every topology domain (such a check would never be
+	// admitted on its reserved participants). Pods that tolerate every
+	// taint may then still be scheduled onto a reserved node.
+	ReserveTaintOnly bool `json:"reserveTaintOnly,omitempty"`
 }
 
 // LeaderElectionConfig names the Lease the daemon's replicas contend for.

@@ -65,7 +65,7 @@ func NewFamily(ctx context.Context, env reconciler.FamilyEnv) (*backend.Family, 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	fo := FleetOptions{Cluster: cfg.Cluster, Evidence: env.EvidenceID, Now: env.Now, Logger: env.Logger}
+	fo := FleetOptions{Cluster: cfg.Cluster, Evidence: env.EvidenceID, Now: env.Now, Logger: env.Logger, TaintOnly: cfg.Kubernetes.ReserveTaintOnly}
 	if ttl := time.Duration(cfg.Kubernetes.CertifyTTL) * time.Second; ttl > 0 {
 		fo.Certify = &CertifyOptions{TTL: ttl}
 	}

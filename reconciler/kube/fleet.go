@@ -60,6 +60,13 @@ type FleetOptions struct {
 	Certify *CertifyOptions
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// TaintOnly reserves a node with the reservation taint alone, without
+	// cordoning it (spec.unschedulable): Kueue's topology-aware
+	// scheduling leaves cordoned nodes out of every topology domain, so a
+	// check through such a queue is never admitted on cordoned
+	// participants. Pods that tolerate every taint may then still be
+	// scheduled onto a reserved node.
+	TaintOnly bool
 }
 
 // CertifyOptions enables certification labels.
@@ -85,13 +92,15 @@ type Fleet struct {
 	now      func() time.Time
 	certify  *CertifyOptions
 	log      *slog.Logger
+	// taintOnly: FleetOptions.TaintOnly.
+	taintOnly bool
 }
 
 var _ backend.Fleet = (*Fleet)(nil)
 
 // NewFleet returns a Fleet reaching the cluster through client.
 func NewFleet(client kubernetes.Interface, o FleetOptions) *Fleet {
-	f := &Fleet{client: client, live: liveView{client}, cluster: o.Cluster, evidence: o.Evidence, now: o.Now, certify: o.Certify, log: o.Logger}
+	f := &Fleet{client: client, live: liveView{client}, cluster: o.Cluster, evidence: o.Evidence, now: o.Now, certify: o.Certify, log: o.Logger, taintOnly: o.TaintOnly}
 	if f.now == nil {
 		f.now = time.Now
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,6 +231,41 @@ func TestPodBackendKueueE2E(t *testing.T) {
 		for _, a := range assets {
 			_, ok := a.(map[string]any)["topologyAssignment"]
 			assert.True(t, ok, "topology-aware admission: %v", a)
+		}
+		e.cleanup(t, c)
+	})
+
+	// Kueue's topology-aware scheduling leaves cordoned nodes out of every
+	// topology domain, so a Fleet that reserves the participants for a
+	// check through such a queue must not cordon them
+	// (kubernetes.reserveTaintOnly); with the cordon the same check is
+	// never admitted (TestMPIJobKueueE2E's cordoned case).
+	t.Run("nodes a Fleet reserved with its taint alone are admitted with topology and pass", func(t *testing.T) {
+		fleet := NewFleet(e.env.Client, FleetOptions{Cluster: "kueue", Evidence: "e2e", TaintOnly: true})
+		const run = "tas-reserved"
+		nodes := make([]backend.Node, len(e.blockA))
+		for i, p := range e.blockA {
+			nodes[i] = backend.Node{Name: p.Node, UID: p.UID}
+		}
+		require.NoError(t, fleet.Reserve(t.Context(), run, nodes))
+		defer func() {
+			for _, n := range nodes {
+				assert.NoError(t, fleet.Release(context.Background(), run, n))
+			}
+		}()
+		for _, n := range nodes {
+			got, err := e.env.Client.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			require.False(t, got.Spec.Unschedulable, "%s cordoned by a taint-only reservation", n.Name)
+			assert.True(t, slices.ContainsFunc(got.Spec.Taints, func(tn corev1.Taint) bool { return isOurTaint(tn, run) }), "%s not tainted for %s", n.Name, run)
+		}
+		c := e.checkRun(run, resultScript, 1, 90*time.Second, e.blockA)
+		rep, err := e.b.Run(t.Context(), c)
+		require.NoError(t, err)
+		require.Len(t, rep.Participants, 8)
+		for _, p := range rep.Participants {
+			out := evaluate(c, p)
+			assert.Equal(t, specs.VerdictPass, out.Verdict, "a check through a topology-aware queue on nodes reserved with the taint alone: %s: %s", p.Node, out.Reason)
 		}
 		e.cleanup(t, c)
 	})

@@ -147,7 +147,9 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 		}
 		n.Annotations[ReservationAnnotation] = string(val)
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: ReservationTaintKey, Value: run, Effect: corev1.TaintEffectNoSchedule})
-		n.Spec.Unschedulable = true
+		if !f.taintOnly {
+			n.Spec.Unschedulable = true // cordoned too (FleetOptions.TaintOnly)
+		}
 		updated, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
 		if err != nil {
 			if apierrors.IsConflict(err) {

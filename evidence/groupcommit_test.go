@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -113,6 +114,40 @@ func TestGroupCommit(t *testing.T) {
 		gittest.Git(t, g.dir, "fsck", "--strict", "--no-dangling")
 		_, err := gittest.Run(t, g.dir, nil, "-c", "gpg.format=ssh", "-c", "gpg.ssh.allowedSignersFile="+allowed, "verify-commit", res[0].commit)
 		require.NoError(t, err)
+	})
+
+	// Two runs' copies of one document (an approval relied on by both, an
+	// equal log) are one blob in a group commit: the pack pushed holds it
+	// once, and stock git reads the branch (found by a crash test, where a
+	// pack counted such a blob twice and git refused it).
+	t.Run("identical documents of two members", func(t *testing.T) {
+		remote := bareRemote(t) // no hook: written in process
+		signer, _ := testSigner(t)
+		s := openStore(t, testOptions(t, remote, signer))
+		_, err := s.Append(t.Context(), "first", runFiles("c", "r0", 1, 64))
+		require.NoError(t, err)
+		shared := []byte(`{"approval":"the same bytes in both runs"}`)
+		res := make([]appendResult, 2)
+		var wg sync.WaitGroup
+		s.mu.Lock() // as an append in flight holds it: both queue
+		for i := range res {
+			wg.Go(func() {
+				files := runFiles("c", fmt.Sprintf("r%d", i+1), 1, 64)
+				files = append(files, File{Path: path.Join(RunDir("c", fmt.Sprintf("r%d", i+1), day), "approvals", "shared.json"), Data: shared})
+				res[i].commit, res[i].err = s.Append(t.Context(), "copy", files)
+			})
+		}
+		waitQueued(t, s, 2)
+		s.mu.Unlock()
+		wg.Wait()
+		for _, r := range res {
+			require.NoError(t, r.err, "stock git's view of the pack aside, the push itself failed")
+		}
+		assert.Equal(t, res[0].commit, res[1].commit, "not one group commit")
+		_, err = gittest.Run(t, remote, nil, "fsck", "--strict", "--no-dangling")
+		require.NoError(t, err, "stock git refused the pack of a group commit with a shared blob")
+		files := gittest.Git(t, remote, "ls-tree", "-r", "--name-only", "signet/evidence")
+		assert.Equal(t, 2, strings.Count(files, "approvals/shared.json"))
 	})
 
 	t.Run("a member whose path exists fails alone", func(t *testing.T) {

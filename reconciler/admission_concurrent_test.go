@@ -188,7 +188,7 @@ func TestConcurrentAdmission(t *testing.T) {
 
 // TestConcurrentAdmissionCrash kills a pass that admits eight requests
 // four at a time (one of them sharing a node with another) at every crash
-// point of concurrent admission (crash.AdmissionPoints, at the third hit):
+// point of concurrent admission (crash.AdmissionPoints, at the first hit):
 // some requests are admitted, some reserved without an admission record,
 // some not started. A reconciler restarted on the same state and branch
 // repairs the reservations no admission records, admits the rest and
@@ -204,7 +204,11 @@ func TestConcurrentAdmissionCrash(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ledger")
 			cfg := e.ledgerConfig(4)
 
-			err, out := e.runPassProcess(cfg, crash.EnvVar+"="+point+":3", ledgerEnv+"="+dir)
+			// At the first hit: the evidence store writes the admission
+			// records waiting for it together (group commit), so by the
+			// third hit the first four had all landed at once; at the
+			// first, the other three are reserved and queued behind it.
+			err, out := e.runPassProcess(cfg, crash.EnvVar+"="+point+":1", ledgerEnv+"="+dir)
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "the pass was not killed at %s:\n%s", point, out)
 			ws, ok := ee.Sys().(syscall.WaitStatus)
@@ -217,7 +221,7 @@ func TestConcurrentAdmissionCrash(t *testing.T) {
 					before = append(before, n)
 				}
 			}
-			require.GreaterOrEqual(t, len(before), 3, "admitted before the crash")
+			require.GreaterOrEqual(t, len(before), 1, "admitted before the crash")
 			require.Less(t, len(before), len(names), "the crash left requests not admitted")
 			l := newLedger(dir)
 			left, err := l.reserved()

@@ -39,6 +39,7 @@ type Builder struct {
 	src    Source
 	objs   *memory.Storage
 	hashes []plumbing.Hash
+	made   map[plumbing.Hash]bool // the set of hashes
 }
 
 // NewBuilder returns a Builder reading base trees and commits from src.
@@ -84,7 +85,16 @@ func (b *Builder) put(t plumbing.ObjectType, data []byte) (plumbing.Hash, error)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	b.hashes = append(b.hashes, h)
+	// Identical contents (two runs' copies of one approval, two equal
+	// logs) are one object: listed once, or the pack pushed would count
+	// it twice and stock git would refuse the pack.
+	if !b.made[h] {
+		if b.made == nil {
+			b.made = map[plumbing.Hash]bool{}
+		}
+		b.made[h] = true
+		b.hashes = append(b.hashes, h)
+	}
 	return h, nil
 }
 

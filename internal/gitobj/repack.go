@@ -231,12 +231,24 @@ func writeIndexedPack(dir string, n int, fill func(pw *packWriter, add func(h pl
 	pw := newPackWriter(tmp, n)
 	var iw idxfile.Writer
 	iw.OnHeader(uint32(n))
-	added := 0
-	if err := fill(pw, func(h plumbing.Hash, off uint64, crc uint32) { iw.Add(h, off, crc); added++ }); err != nil {
+	added := map[plumbing.Hash]bool{}
+	var twice []plumbing.Hash
+	if err := fill(pw, func(h plumbing.Hash, off uint64, crc uint32) {
+		if added[h] {
+			twice = append(twice, h)
+		}
+		added[h] = true
+		iw.Add(h, off, crc)
+	}); err != nil {
 		return plumbing.ZeroHash, err
 	}
-	if added != n {
-		return plumbing.ZeroHash, fmt.Errorf("pack of %d objects announced %d", added, n)
+	// An object twice would make a pack whose header counts more objects
+	// than its index holds, which stock git refuses.
+	if len(twice) > 0 {
+		return plumbing.ZeroHash, fmt.Errorf("pack of %d objects holds %s twice", n, twice[0])
+	}
+	if len(added) != n {
+		return plumbing.ZeroHash, fmt.Errorf("pack of %d objects announced %d", len(added), n)
 	}
 	name, err := pw.finish()
 	if err != nil {

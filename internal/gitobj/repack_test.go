@@ -156,3 +156,25 @@ func TestMergePacksRefusesCorruptEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "a failed merge must leave the packs as they were")
 }
+
+// TestPackRefusesAnObjectTwice: a pack listing one object twice would
+// count it twice in its header and once in its index, which stock git
+// refuses; writing it fails and leaves no pack behind. The Builder lists
+// identical contents once.
+func TestPackRefusesAnObjectTwice(t *testing.T) {
+	repo, d := bareRepo(t)
+	b := NewBuilder(d)
+	_, err := b.Commit(plumbing.ZeroHash, changesOf(map[string]string{"a/one": "same", "b/two": "same"}), "twice\n", testWho, testSign(t))
+	require.NoError(t, err)
+	hashes := b.Hashes()
+	seen := map[plumbing.Hash]bool{}
+	for _, h := range hashes {
+		require.False(t, seen[h], "the builder listed %s twice", h)
+		seen[h] = true
+	}
+	_, err = d.AddPack(b.Objects(), append(hashes, hashes[0]))
+	require.ErrorContains(t, err, "twice", "a pack holding an object twice was written")
+	packs, err := filepath.Glob(filepath.Join(repo, "objects", "pack", "*.pack"))
+	require.NoError(t, err)
+	require.Empty(t, packs, "a pack holding an object twice was written")
+}

@@ -81,8 +81,12 @@ backends:
 	require.Eventually(t, func() bool { return indexHas(">first<") }, 90*time.Second, 200*time.Millisecond, "the report never showed run first")
 
 	// Every file the current generation's manifest lists is served as
-	// written.
-	_, body := get(http.MethodGet, "/report/"+report.CurrentLink+"/"+report.ManifestFile)
+	// written. The daemon may write a newer report meanwhile (each pass
+	// that moved the branch): read one generation throughout.
+	target, err := os.Readlink(filepath.Join(reportDir, report.CurrentLink))
+	require.NoError(t, err)
+	target = filepath.ToSlash(target)
+	_, body := get(http.MethodGet, "/report/"+target+"/"+report.ManifestFile)
 	var m struct {
 		Files map[string]string `json:"files"`
 	}
@@ -90,9 +94,9 @@ backends:
 	require.NotEmpty(t, m.Files)
 	subdir := ""
 	for p := range m.Files {
-		want, err := os.ReadFile(filepath.Join(reportDir, report.CurrentLink, filepath.FromSlash(p)))
+		want, err := os.ReadFile(filepath.Join(reportDir, filepath.FromSlash(target), filepath.FromSlash(p)))
 		require.NoError(t, err)
-		code, got := get(http.MethodGet, "/report/"+report.CurrentLink+"/"+p)
+		code, got := get(http.MethodGet, "/report/"+target+"/"+p)
 		assert.Equal(t, http.StatusOK, code, p)
 		assert.Equal(t, string(want), got, p)
 		if i := strings.LastIndex(p, "/"); i > 0 {

@@ -59,6 +59,22 @@ func waitQueued(t *testing.T, s *Store, n int) {
 	}, 30*time.Second, 5*time.Millisecond, "the appends never queued")
 }
 
+// heldStore opens a store on a gated remote and starts appending run
+// "a", whose push the hook holds: the appends made next queue behind it.
+// Wait on wg for them all; open the gate with g.open.
+func heldStore(t *testing.T) (*gatedRemote, *Store, *sync.WaitGroup) {
+	g := newGatedRemote(t)
+	signer, _ := testSigner(t)
+	s := openStore(t, testOptions(t, g.dir, signer))
+	wg := &sync.WaitGroup{}
+	wg.Go(func() {
+		_, err := s.Append(t.Context(), "first", runFiles("c", "a", 1, 64))
+		assert.NoError(t, err)
+	})
+	g.waitHeld(t)
+	return g, s, wg
+}
+
 type appendResult struct {
 	commit string
 	err    error
@@ -151,15 +167,7 @@ func TestGroupCommit(t *testing.T) {
 	})
 
 	t.Run("a member whose path exists fails alone", func(t *testing.T) {
-		g := newGatedRemote(t)
-		signer, _ := testSigner(t)
-		s := openStore(t, testOptions(t, g.dir, signer))
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, err := s.Append(t.Context(), "first", runFiles("c", "a", 1, 64))
-			assert.NoError(t, err)
-		})
-		g.waitHeld(t)
+		g, s, wg := heldStore(t)
 		// Queued in this order: b (new), a again (on the tip once the
 		// first lands), c (new).
 		runs := []string{"b", "a", "c"}
@@ -181,15 +189,7 @@ func TestGroupCommit(t *testing.T) {
 	})
 
 	t.Run("two members writing one path: the first wins", func(t *testing.T) {
-		g := newGatedRemote(t)
-		signer, _ := testSigner(t)
-		s := openStore(t, testOptions(t, g.dir, signer))
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, err := s.Append(t.Context(), "first", runFiles("c", "a", 1, 64))
-			assert.NoError(t, err)
-		})
-		g.waitHeld(t)
+		g, s, wg := heldStore(t)
 		runs := []string{"b", "c", "b"}
 		res := make([]appendResult, len(runs))
 		for i, run := range runs {
@@ -210,15 +210,7 @@ func TestGroupCommit(t *testing.T) {
 	})
 
 	t.Run("a member that gave up writes nothing", func(t *testing.T) {
-		g := newGatedRemote(t)
-		signer, _ := testSigner(t)
-		s := openStore(t, testOptions(t, g.dir, signer))
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, err := s.Append(t.Context(), "first", runFiles("c", "a", 1, 64))
-			assert.NoError(t, err)
-		})
-		g.waitHeld(t)
+		g, s, wg := heldStore(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		var gaveUp, other appendResult
 		wg.Go(func() { gaveUp.commit, gaveUp.err = s.Append(ctx, "gave up", runFiles("c", "x", 1, 64)) })

@@ -40,6 +40,19 @@ func TestAuditBatchesMatchWholeBranch(t *testing.T) {
 			require.NoError(t, err)
 			return audit.RuleLayout, p
 		}},
+		{"check outside the profile added after the receipt", func(t *testing.T, c *evidencetest.Copy) (string, string) {
+			// A check document that verifies, filed under a check index the
+			// admitted profile lacks: only the run's own check, done again
+			// when the file reopens it, can see that.
+			adm, err := c.Find("/run-a/" + evidence.AdmissionFile)
+			require.NoError(t, err)
+			first, err := c.Find("/run-a/checks/00-first.json")
+			require.NoError(t, err)
+			p := path.Join(path.Dir(adm), "checks", "07-first.json")
+			_, err = c.Append(map[string][]byte{p: read(c, first)})
+			require.NoError(t, err)
+			return audit.RuleLayout, p
+		}},
 		{"document of a finished run deleted", func(t *testing.T, c *evidencetest.Copy) (string, string) {
 			p, err := c.Find("/run-a/checks/00-first.json")
 			require.NoError(t, err)

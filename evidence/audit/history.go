@@ -314,8 +314,10 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 }
 
 // addToRun files f (at p) under its run directory, when it is in one. A
-// receipt closes the run; a file added to a run already checked reopens
-// it.
+// receipt closes the run. A run already checked is not found here:
+// checked runs are compacted in a streaming audit, and addFile reopened
+// this one before f was read; one that was not is an error, never a
+// file left unchecked.
 func (a *auditor) addToRun(p string, f *fileRec) error {
 	rp, ok := evidence.ParsePath(p)
 	if !ok || !rp.InRun() {
@@ -323,14 +325,12 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 	}
 	dir := rp.Dir()
 	r := a.runsByDir[dir]
-	if r == nil {
+	switch {
+	case r == nil:
 		r = newRunAudit(a, rp.Cluster, rp.Run, dir, map[string]*fileRec{})
 		a.runsByDir[dir] = r
-	} else if r.checked {
-		var err error
-		if r, err = a.reopen(r); err != nil {
-			return err
-		}
+	case r.checked:
+		return fmt.Errorf("evidence: audit: %s was added to run %s after it was checked, and the run was not reopened", p, dir)
 	}
 	r.files[rp.Rel()] = f
 	if r.files[evidence.ReceiptFile] != nil && !r.queued {

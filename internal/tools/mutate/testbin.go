@@ -66,8 +66,13 @@ func (r *Runner) pkgInfo(ctx context.Context, pkg string) (pkgInfo, error) {
 		info.listed.BuildFailed = true
 		return info, nil
 	}
+	// The run's output holds stderr too: the module downloads a fresh
+	// cache reports come first, go list's two lines last.
 	lines := strings.Split(strings.TrimSpace(info.listed.Output), "\n")
-	if len(lines) != 2 {
+	if n := len(lines); n > 2 {
+		lines = lines[n-2:]
+	}
+	if len(lines) != 2 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) {
 		return info, fmt.Errorf("go list %s: want its directory and GOROOT, got %q", pkg, info.listed.Output)
 	}
 	info.dir, info.goroot = lines[0], lines[1]

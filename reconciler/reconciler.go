@@ -39,8 +39,22 @@ type Reconciler struct {
 	chain     chainCache
 	receiptMu sync.Mutex
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// runs are the runs held in full: unfinished ones, finished ones that
+	// retain nodes without a durable release, and those admitted, finished
+	// or read (a request's run, a foreign run) since start-up.
 	runs map[string]*runState
+	// finished are the other finished runs of this cluster found at
+	// start-up, kept only as what the certification sweep, the repair of
+	// reservations and the standing pool read (issue 19: memory bounded
+	// by the work in flight, not by the branch's history); loadRun reads
+	// one in full again when a request names it.
+	finished map[string]*finishedRun
+	// latest holds the node runs of the finished runs folded from
+	// finished (finishedRun.folded): the standing pool's history of them.
+	latest evidence.LatestRuns
+	// names interns node and profile names of finished runs.
+	names map[string]string
 	// fired are the firings on the evidence branch not admitted yet, by
 	// run ID: their nodes are claimed.
 	fired    map[string]*firedRun
@@ -143,6 +157,7 @@ func New(cfg *Config, o Options) (*Reconciler, error) {
 		cfg: cfg, cfgDigest: hex.EncodeToString(sum[:]), log: o.Logger, key: o.Key, store: o.Store,
 		source: o.Source, families: o.Families, metrics: o.Metrics, now: o.Now, observer: o.Observer,
 		only: o.Only, holds: newHolds(), runs: map[string]*runState{}, fired: map[string]*firedRun{},
+		finished: map[string]*finishedRun{}, names: map[string]string{},
 		runCtx: ctx, stopRuns: cancel, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reportReq: make(chan struct{}, 1), evidenceAuth: o.EvidenceAuth,
 	}
@@ -249,8 +264,15 @@ func (r *Reconciler) Close(ctx context.Context) error {
 // stopped (shutdown) before its receipt.
 func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
 	r.mu.Lock()
-	rs := r.runs[id]
+	rs, fr := r.runs[id], r.finished[id]
 	r.mu.Unlock()
+	if rs == nil && fr != nil {
+		// Finished before start-up: read again in full.
+		var err error
+		if rs, err = r.loadRun(ctx, id); err != nil {
+			return nil, fmt.Errorf("run %s: %w", id, err)
+		}
+	}
 	if rs == nil {
 		return nil, fmt.Errorf("run %q is not active in this reconciler", id)
 	}

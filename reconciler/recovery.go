@@ -40,7 +40,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 			return err
 		}
 		for _, id := range ids {
-			rs, err := r.loadRun(ctx, id)
+			rs, err := r.readRun(ctx, id)
 			var fo *firedOnlyError
 			if errors.As(err, &fo) {
 				// Admitted by the first pass that reads its standing
@@ -53,6 +53,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 				return fmt.Errorf("run %s: %w", id, err)
 			}
 			if rs.receipt != nil {
+				r.keepFinished(rs)
 				continue
 			}
 			if err := r.holds.reserve(rs.id, rs.nodeNames()); err != nil {
@@ -100,26 +101,29 @@ func (r *Reconciler) repairFleet(ctx context.Context, fleet backend.Fleet) error
 	}
 	for _, rv := range res {
 		r.mu.Lock()
-		rs := r.runs[rv.Run]
+		rs, fr := r.runs[rv.Run], r.finished[rv.Run]
 		r.mu.Unlock()
 		// Runs resumed above are already running: read their state under
 		// their lock.
-		var finished, passed bool
-		if rs != nil {
+		known, finished, passed, dir := false, false, false, ""
+		switch {
+		case rs != nil:
 			rs.mu.Lock()
-			finished, passed = rs.receipt != nil, slices.Contains(rs.released, rv.Node.Name)
+			known, finished, passed, dir = true, rs.receipt != nil, slices.Contains(rs.released, rv.Node.Name), rs.dir
 			rs.mu.Unlock()
+		case fr != nil:
+			known, finished, passed, dir = true, true, slices.Contains(fr.released, rv.Node.Name), fr.dir
 		}
 		why := ""
 		switch {
-		case rs == nil:
+		case !known:
 			why = "the run was never admitted (the reconciler stopped between reservation and admission)"
 		case !finished:
 			continue // the run resumes and releases per verdict
 		case passed:
 			why = "the node passed; the run finished"
 		default:
-			released, err := r.store.Exists(ctx, path.Join(rs.dir, evidence.ReleaseFile))
+			released, err := r.store.Exists(ctx, path.Join(dir, evidence.ReleaseFile))
 			if err != nil {
 				return err
 			}
@@ -139,10 +143,67 @@ func (r *Reconciler) repairFleet(ctx context.Context, fleet backend.Fleet) error
 	return nil
 }
 
-// loadRun rebuilds a run's state from the evidence branch. A finished run
-// (receipt present) is returned closed, with the nodes it still retains
-// held.
+// loadRun rebuilds a run's state from the evidence branch (readRun). A
+// finished run is kept in r.runs.
 func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) {
+	rs, err := r.readRun(ctx, id)
+	if err != nil || rs.receipt == nil {
+		return rs, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.runs[id]; ok {
+		return cur, nil
+	}
+	r.runs[id] = rs
+	return rs, nil
+}
+
+// finishedRun is what start-up keeps of a finished run that retains no
+// node without a durable release: its directory, profile and released
+// nodes (receipt order, with those an approved release freed last), for
+// vouched, repairFleet and the standing pool's history (foldFinished).
+type finishedRun struct {
+	dir, profile string
+	released     []string
+	// folded: its node runs are in Reconciler.latest.
+	folded bool
+}
+
+// keepFinished keeps rs, a finished run read at start-up, in full when it
+// retains nodes that no durable release freed (its holds were taken by
+// applyReceipt, and a standing release may act on it), else as a
+// finishedRun.
+func (r *Reconciler) keepFinished(rs *runState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.runs[rs.id]; ok {
+		return
+	}
+	if len(rs.retained) > 0 {
+		r.runs[rs.id] = rs
+		return
+	}
+	fr := &finishedRun{dir: rs.dir, profile: r.intern(rs.adm.Profile.Name), released: make([]string, len(rs.released))}
+	for i, n := range rs.released {
+		fr.released[i] = r.intern(n)
+	}
+	r.finished[rs.id] = fr
+}
+
+// intern returns the one copy of s the reconciler keeps; r.mu is held.
+func (r *Reconciler) intern(s string) string {
+	if c, ok := r.names[s]; ok {
+		return c
+	}
+	r.names[s] = s
+	return s
+}
+
+// readRun rebuilds a run's state from the evidence branch, verifying its
+// admission and receipt. A finished run (receipt present) is returned
+// closed, with the nodes it still retains held.
+func (r *Reconciler) readRun(ctx context.Context, id string) (*runState, error) {
 	idx, err := r.store.Read(ctx, evidence.IndexPath(r.cfg.Cluster, id))
 	if err != nil {
 		return nil, err
@@ -174,20 +235,9 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	} else if ok {
 		rs.canceled = true
 	}
-	found, err := r.applyReceipt(ctx, rs)
-	if err != nil {
+	if _, err := r.applyReceipt(ctx, rs); err != nil {
 		return nil, err
 	}
-	if !found {
-		return rs, nil
-	}
-	r.mu.Lock()
-	if cur, ok := r.runs[id]; ok {
-		r.mu.Unlock()
-		return cur, nil
-	}
-	r.runs[id] = rs
-	r.mu.Unlock()
 	return rs, nil
 }
 
@@ -271,10 +321,10 @@ func redactURL(s string) string {
 // uncertifies its nodes itself.
 func (r *Reconciler) vouched(run, node, profile string) bool {
 	r.mu.Lock()
-	rs := r.runs[run]
+	rs, fr := r.runs[run], r.finished[run]
 	r.mu.Unlock()
 	if rs == nil {
-		return false
+		return fr != nil && fr.profile == profile && slices.Contains(fr.released, node)
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

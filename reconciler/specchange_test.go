@@ -224,7 +224,13 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	}
 	released(r)
 	stopR()
-	released(e.build(e.config()))
+	// A restarted reconciler keeps a finished run that retains nothing
+	// only in compact form (issue 19); its first pass reads the run of
+	// the request in the spec again in full.
+	r = e.build(e.config())
+	_, err = r.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	released(r)
 	e.audit()
 }
 
@@ -267,4 +273,46 @@ func TestRemovedKeyStopsCountingWithoutCommit(t *testing.T) {
 	reason, _ = readyReason(object(t, r, specs.KindProfile, "failing"))
 	assert.Equal(t, "Approved", reason, "the remaining key still counts")
 	assert.Equal(t, "", e.evidence().RunDir(cluster, "waiting"))
+}
+
+// TestRestartKeepsFinishedRunsCompact: a restarted reconciler keeps a
+// finished run that retains nothing only in compact form, and still
+// answers for it what the evidence branch says — the certification sweep
+// (a label of the run's profile on a node it released holds, on another
+// node or profile it does not) and, when a request names it, the run in
+// full. A run that retains its node stays in full, its node held.
+func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
+	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
+	e.repo.AddRequest("a-pass", "passing")
+	e.repo.Commit("first")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"a-pass")
+	r0, stop := e.buildStoppable(e.config())
+	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["a-pass"].Verdict)
+	e.repo.AddRequest("b-fail", "failing")
+	e.repo.Commit("second")
+	e.repo.Approve(e.keys.ApproverFile, "", requestRef+"b-fail")
+	require.Equal(t, specs.VerdictFail, e.reconcileAndWait(r0)["b-fail"].Verdict)
+	stop()
+
+	r := e.build(e.config())
+	full, compact := r.InFull("a-pass")
+	assert.False(t, full, "a finished run that retains nothing is not held in full after a restart")
+	assert.True(t, compact, "a finished run is kept compact after a restart")
+	assert.True(t, r.Vouched("a-pass", e.host, "passing"), "the passing run vouches for its node's certification")
+	assert.False(t, r.Vouched("a-pass", e.host, "failing"), "a compact run vouches only under its own profile")
+	assert.False(t, r.Vouched("a-pass", "another-node", "passing"), "a compact run vouches only for the nodes it released")
+	assert.False(t, r.Vouched("b-fail", e.host, "failing"), "a run that retained its node vouches for nothing")
+	full, compact = r.InFull("b-fail")
+	assert.True(t, full, "a run that retains its node is held in full")
+	assert.False(t, compact)
+	assert.Equal(t, "b-fail", r.Status().Holds[e.host], "its node is held from the evidence branch alone")
+
+	st, err := r.Wait(t.Context(), "a-pass")
+	require.NoError(t, err, "a compact run is read again in full when asked for")
+	assert.Equal(t, specs.VerdictPass, st.Verdict)
+	assert.Equal(t, []string{e.host}, st.Released)
+	full, _ = r.InFull("a-pass")
+	assert.True(t, full)
 }

@@ -320,6 +320,16 @@ func (r *Reconciler) poolFacts(ctx context.Context, sp *standingPass) ([]standin
 	}
 	r.mu.Unlock()
 	profile := sp.prof.Name
+	if err := r.foldFinished(ctx, profile); err != nil {
+		return nil, nil, err
+	}
+	r.mu.Lock()
+	for _, nr := range r.latest.All() {
+		if nr.Profile == profile {
+			latest.Add(nr)
+		}
+	}
+	r.mu.Unlock()
 	for _, rs := range runs {
 		if err := r.refreshForeign(ctx, rs); err != nil {
 			return nil, nil, fmt.Errorf("run %s: %w", rs.id, err)
@@ -377,6 +387,40 @@ func (r *Reconciler) refreshForeign(ctx context.Context, rs *runState) error {
 	}
 	_, err := r.applyReceipt(ctx, rs)
 	return err
+}
+
+// foldFinished adds to r.latest the node runs of the finished runs of
+// profile that start-up kept as a finishedRun, reading each again in
+// full, one at a time, and only once: a finished run's documents never
+// change. A finished run holds none of the pool's nodes, so only its
+// node runs matter here.
+func (r *Reconciler) foldFinished(ctx context.Context, profile string) error {
+	r.mu.Lock()
+	var ids []string
+	for id, fr := range r.finished {
+		if fr.profile == profile && !fr.folded {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(ids)
+	for _, id := range ids {
+		rs, err := r.readRun(ctx, id)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		nrs, err := r.nodeRuns(ctx, rs)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		r.mu.Lock()
+		for _, nr := range nrs {
+			r.latest.Add(nr)
+		}
+		r.finished[id].folded = true
+		r.mu.Unlock()
+	}
+	return nil
 }
 
 // nodeRuns returns the NodeRuns of a finished run, read once from its
@@ -563,7 +607,8 @@ func (r *Reconciler) admittedElsewhere(ctx context.Context, fr *firedRun, fleet 
 // already makes the firing's admission wait.
 func (r *Reconciler) claim(fr *firedRun) {
 	r.mu.Lock()
-	if _, ok := r.runs[fr.firing.Run]; ok {
+	_, known := r.runs[fr.firing.Run]
+	if _, ok := r.finished[fr.firing.Run]; ok || known {
 		r.mu.Unlock()
 		return
 	}
@@ -609,9 +654,10 @@ func (r *Reconciler) loadFirings(ctx context.Context, name string, seq int64) er
 func (r *Reconciler) loadFiring(ctx context.Context, run string) error {
 	r.mu.Lock()
 	_, known := r.runs[run]
+	_, finished := r.finished[run]
 	_, fired := r.fired[run]
 	r.mu.Unlock()
-	if known || fired {
+	if known || finished || fired {
 		return nil
 	}
 	_, err := r.loadForeign(ctx, run)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,12 @@ func TestStartupChild(t *testing.T) {
 	require.Empty(t, res.Admitted, "the pass admitted a request")
 	pass := time.Since(start)
 	runtime.GC()
+	if p := os.Getenv("SIGNET_BENCH_STARTUP_HEAP"); p != "" {
+		f, err := os.Create(p)
+		require.NoError(t, err)
+		require.NoError(t, pprof.WriteHeapProfile(f))
+		require.NoError(t, f.Close())
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	fig := startupFigures{StartupSeconds: startup.Seconds(), PassSeconds: pass.Seconds(), HeapBytes: ms.HeapAlloc, PeakRSSBytes: vmHWM(t)}

@@ -10,10 +10,17 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"signet.dev/signet/internal/gitobj"
 )
 
 // Reads of the tip the store last fetched or pushed: files, directories,
-// and the commit that added a file.
+// and the commit that added a file. They read raw objects through s.objs
+// (gitobj.Source: the overlay, then the mirror's mapped packs), never
+// through go-git's object API, whose pack reader keeps every pack index
+// in memory with an offset map over all its objects, and caches decoded
+// objects: about 19 KiB a run held after a reconciler's start-up (issue
+// 19, docs/decisions.md "Start-up memory").
 
 // Read returns the content of the file at p on the tip, ErrNotFound when
 // there is none.
@@ -27,25 +34,9 @@ func (s *Store) Read(ctx context.Context, p string) ([]byte, error) {
 	if e.Mode == filemode.Dir {
 		return nil, fmt.Errorf("%w: %s is a directory", ErrNotFound, p)
 	}
-	blob, err := object.GetBlob(s.objs, e.Hash)
+	b, err := s.objs.Object(plumbing.BlobObject, e.Hash, 0)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
-	}
-	r, err := blob.Reader()
-	if err != nil {
-		return nil, fmt.Errorf("evidence: read %s: %w", p, err)
-	}
-	defer r.Close()
-	b := make([]byte, 0, blob.Size)
-	for {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, 512)
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			break
-		}
 	}
 	return b, nil
 }
@@ -60,11 +51,11 @@ func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
 		if s.tip.IsZero() {
 			return nil, fmt.Errorf("%w: branch %s does not exist yet", ErrNotFound, s.opts.Branch)
 		}
-		c, err := object.GetCommit(s.objs, s.tip)
+		c, err := s.commitHeader(s.tip)
 		if err != nil {
 			return nil, fmt.Errorf("evidence: read tip: %w", err)
 		}
-		h = c.TreeHash
+		h = c.Tree
 	} else {
 		e, err := s.lookup(dir)
 		if err != nil {
@@ -75,12 +66,12 @@ func (s *Store) ReadDir(ctx context.Context, dir string) ([]string, error) {
 		}
 		h = e.Hash
 	}
-	t, err := object.GetTree(s.objs, h)
+	entries, err := s.tree(h)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: read %s: %w", dir, err)
 	}
-	names := make([]string, len(t.Entries))
-	for i, e := range t.Entries {
+	names := make([]string, len(entries))
+	for i, e := range entries {
 		names[i] = e.Name
 	}
 	slices.Sort(names)
@@ -104,11 +95,11 @@ func (s *Store) lookup(p string) (object.TreeEntry, error) {
 	if s.tip.IsZero() {
 		return object.TreeEntry{}, fmt.Errorf("%w: %s (branch %s does not exist yet)", ErrNotFound, p, s.opts.Branch)
 	}
-	c, err := object.GetCommit(s.objs, s.tip)
+	c, err := s.commitHeader(s.tip)
 	if err != nil {
 		return object.TreeEntry{}, fmt.Errorf("evidence: read tip: %w", err)
 	}
-	return s.lookupIn(c, p)
+	return s.lookupIn(c.Tree, p)
 }
 
 // AddedIn returns the commit that added the file at p: the oldest commit
@@ -121,7 +112,8 @@ func (s *Store) AddedIn(ctx context.Context, p string) (string, error) {
 	if _, err := s.lookup(p); err != nil {
 		return "", err
 	}
-	c, err := object.GetCommit(s.objs, s.tip)
+	h := s.tip
+	c, err := s.commitHeader(h)
 	if err != nil {
 		return "", fmt.Errorf("evidence: read tip: %w", err)
 	}
@@ -129,38 +121,56 @@ func (s *Store) AddedIn(ctx context.Context, p string) (string, error) {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		if c.NumParents() == 0 {
-			return c.Hash.String(), nil
+		if len(c.Parents) == 0 {
+			return h.String(), nil
 		}
-		parent, err := object.GetCommit(s.objs, c.ParentHashes[0])
+		parent, err := s.commitHeader(c.Parents[0])
 		if err != nil {
-			return "", fmt.Errorf("evidence: read commit %s: %w", c.ParentHashes[0], err)
+			return "", fmt.Errorf("evidence: read commit %s: %w", c.Parents[0], err)
 		}
-		if _, err := s.lookupIn(parent, p); errors.Is(err, ErrNotFound) {
-			return c.Hash.String(), nil
+		if _, err := s.lookupIn(parent.Tree, p); errors.Is(err, ErrNotFound) {
+			return h.String(), nil
 		} else if err != nil {
 			return "", err
 		}
-		c = parent
+		h, c = c.Parents[0], parent
 	}
 }
 
-// lookupIn resolves p in commit c's tree.
-func (s *Store) lookupIn(c *object.Commit, p string) (object.TreeEntry, error) {
+// commitHeader reads commit h's tree and parents.
+func (s *Store) commitHeader(h plumbing.Hash) (gitobj.CommitHeader, error) {
+	raw, err := s.objs.Object(plumbing.CommitObject, h, 0)
+	if err != nil {
+		return gitobj.CommitHeader{}, err
+	}
+	return gitobj.ParseCommitHeader(raw)
+}
+
+// tree reads the entries of tree h.
+func (s *Store) tree(h plumbing.Hash) ([]object.TreeEntry, error) {
+	raw, err := s.objs.Object(plumbing.TreeObject, h, 0)
+	if err != nil {
+		return nil, err
+	}
+	return gitobj.ParseTree(raw)
+}
+
+// lookupIn resolves p in the tree root.
+func (s *Store) lookupIn(root plumbing.Hash, p string) (object.TreeEntry, error) {
 	parts, err := splitPath(p)
 	if err != nil {
 		return object.TreeEntry{}, err
 	}
-	cur := object.TreeEntry{Mode: filemode.Dir, Hash: c.TreeHash}
+	cur := object.TreeEntry{Mode: filemode.Dir, Hash: root}
 	for i, name := range parts {
 		if cur.Mode != filemode.Dir {
 			return object.TreeEntry{}, fmt.Errorf("%w: %s (%s is a file)", ErrNotFound, p, path.Join(parts[:i]...))
 		}
-		t, err := object.GetTree(s.objs, cur.Hash)
+		entries, err := s.tree(cur.Hash)
 		if err != nil {
 			return object.TreeEntry{}, fmt.Errorf("evidence: read tree %s: %w", path.Join(parts[:i]...), err)
 		}
-		e, ok := findEntry(t.Entries, name)
+		e, ok := findEntry(entries, name)
 		if !ok {
 			return object.TreeEntry{}, fmt.Errorf("%w: %s", ErrNotFound, p)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
@@ -134,7 +135,9 @@ type Store struct {
 	remote *gitobj.Remote
 	ref    plumbing.ReferenceName
 	st     *filesystem.Storage // the local bare mirror
-	lock   *os.File
+	// packs writes fetched packs into the mirror (fetchTarget).
+	packs *dotgit.DotGit
+	lock  *os.File
 
 	// Objects this store created since the last flush, kept in memory and
 	// written to the mirror as one packfile every flushObjects objects and
@@ -246,6 +249,7 @@ func (s *Store) open(ctx context.Context) error {
 	// of a pack written through PackfileWriter (every fetch).
 	s.st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(),
 		filesystem.Options{KeepDescriptors: true})
+	s.packs = dotgit.New(osfs.New(dir))
 	s.overlay = newOverlay()
 	if _, err := os.Stat(filepath.Join(dir, "config")); errors.Is(err, os.ErrNotExist) {
 		if _, err := git.Init(s.st, nil); err != nil {

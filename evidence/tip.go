@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+
+	"signet.dev/signet/internal/gitobj"
 )
 
 // The tip and its rollback protection: the store acts only on a remote tip
@@ -49,10 +52,12 @@ func (s *Store) refresh(ctx context.Context) error {
 	if ref, err := s.st.Reference(s.ref); err == nil {
 		haves = append(haves, ref.Hash())
 	}
-	tip, err := s.remote.Fetch(ctx, s.objs, s.st, s.ref, haves)
+	tip, err := s.remote.Fetch(ctx, s.objs, fetchTarget{Storer: s.st, packs: s.packs}, s.ref, haves)
 	if err != nil {
 		return err
 	}
+	// go-git finds a fetched pack when it next needs its indexes.
+	s.st.Reindex()
 	s.consolidate()
 	// Another writer (a stale or a new leader) may have kept a newer tip:
 	// the remote must descend from it too.
@@ -359,7 +364,7 @@ func (f *stagedFile) discard() {
 // descends reports whether anc is desc or one of its ancestors. The walk
 // does not go below stop (when non-zero). It reads only commits, never
 // trees; without stop it may walk the whole history to prove a "no".
-func descends(st storer.EncodedObjectStorer, desc, anc, stop plumbing.Hash) (bool, error) {
+func descends(src gitobj.Source, desc, anc, stop plumbing.Hash) (bool, error) {
 	queue := []plumbing.Hash{desc}
 	seen := map[plumbing.Hash]bool{desc: true}
 	for len(queue) > 0 {
@@ -371,11 +376,15 @@ func descends(st storer.EncodedObjectStorer, desc, anc, stop plumbing.Hash) (boo
 		if h == stop {
 			continue
 		}
-		c, err := object.GetCommit(st, h)
+		raw, err := src.Object(plumbing.CommitObject, h, 0)
 		if err != nil {
 			return false, fmt.Errorf("evidence: read commit %s: %w", h, err)
 		}
-		for _, p := range c.ParentHashes {
+		c, err := gitobj.ParseCommitHeader(raw)
+		if err != nil {
+			return false, fmt.Errorf("evidence: read commit %s: %w", h, err)
+		}
+		for _, p := range c.Parents {
 			if !seen[p] {
 				seen[p] = true
 				queue = append(queue, p)
@@ -384,3 +393,17 @@ func descends(st storer.EncodedObjectStorer, desc, anc, stop plumbing.Hash) (boo
 	}
 	return false, nil
 }
+
+// fetchTarget is where a fetch writes its pack: go-git's pack writer,
+// which streams the pack to the mirror's pack directory and writes its
+// index, called directly rather than through the mirror's
+// filesystem.Storage, whose PackfileWriter first loads every existing
+// pack index into memory (an offset per object of the whole history,
+// issue 19).
+type fetchTarget struct {
+	storer.Storer
+	packs *dotgit.DotGit
+}
+
+// PackfileWriter implements storer.PackfileWriter.
+func (f fetchTarget) PackfileWriter() (io.WriteCloser, error) { return f.packs.NewObjectPack() }

@@ -113,6 +113,12 @@ func TestStartupChild(t *testing.T) {
 	}
 	var job startupJob
 	require.NoError(t, json.Unmarshal([]byte(raw), &job))
+	if p := os.Getenv("SIGNET_BENCH_STARTUP_CPU"); p != "" {
+		f, err := os.Create(p)
+		require.NoError(t, err)
+		require.NoError(t, pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	start := time.Now()
 	sec, err := reconciler.LoadSecrets(job.Config)
 	require.NoError(t, err)

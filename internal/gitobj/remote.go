@@ -251,7 +251,8 @@ func advertisedTip(ar *packp.AdvRefs, ref plumbing.ReferenceName) (plumbing.Hash
 // Fetch reads the remote tip of ref and, when the local store lacks it,
 // downloads the objects it needs, telling the remote which commits we
 // already have. It returns the remote tip (zero when the ref is absent).
-// Objects are looked up in have and written to st.
+// Objects are looked up in have (which must see what st wrote: the
+// fetched tip is looked up there afterwards) and written to st.
 func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
 	sess, err := r.client.NewUploadPackSession(r.ep, r.auth)
 	if err != nil {
@@ -304,7 +305,7 @@ func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st 
 	if err := packfile.UpdateObjectStorage(st, rd); err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
 	}
-	if err := st.HasEncodedObject(tip); err != nil {
+	if err := have.HasEncodedObject(tip); err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", fmt.Errorf("remote tip %s missing after fetch: %w", tip, err))
 	}
 	return tip, nil

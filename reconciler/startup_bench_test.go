@@ -49,7 +49,11 @@ type startupFigures struct {
 // directory), in a child process of its own so that its peak RSS is its
 // own. SIGNET_BENCH_STARTUP_RUNS sets N (default 200; issue 19's goal is
 // ≤ 256 MiB at 10^5). Reports startup-s, pass-s, heap-MiB (live, after
-// the pass), peak-RSS-MiB and heap-KiB/run (live heap over N).
+// the pass), peak-RSS-MiB and heap-KiB/run (live heap over N) of a start
+// with an empty state directory, and restart-startup-s, restart-heap-MiB
+// and restart-peak-RSS-MiB of a second child on the state the first
+// left. SIGNET_BENCH_STARTUP_HEAP and SIGNET_BENCH_STARTUP_CPU name files
+// for the heap (after the pass) and CPU profiles of the last child.
 func BenchmarkStartup(b *testing.B) {
 	runs := 200
 	if v := os.Getenv("SIGNET_BENCH_STARTUP_RUNS"); v != "" {
@@ -60,7 +64,7 @@ func BenchmarkStartup(b *testing.B) {
 	s, err := evidencetest.SynthesizeCached(b.Context(), runs, 4)
 	require.NoError(b, err)
 	cache := filepath.Dir(s.Remote)
-	var fig startupFigures
+	var fig, restart startupFigures
 	for b.Loop() {
 		b.StopTimer()
 		dir := b.TempDir()
@@ -82,17 +86,27 @@ func BenchmarkStartup(b *testing.B) {
 			Interval:    1,
 			Backends:    reconciler.BackendsConfig{Local: reconciler.LocalConfig{Enabled: true, Grace: 1, WorkRoot: filepath.Join(dir, "work")}},
 		}
-		job, err := json.Marshal(startupJob{Config: cfg, Out: filepath.Join(dir, "figures.json")})
-		require.NoError(b, err)
-		cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run", "^TestStartupChild$")
-		cmd.Env = append(os.Environ(), startupChildEnv+"="+string(job))
-		b.StartTimer()
-		out, err := cmd.CombinedOutput()
-		b.StopTimer()
-		require.NoError(b, err, "start-up child:\n%s", out)
-		raw, err := os.ReadFile(filepath.Join(dir, "figures.json"))
-		require.NoError(b, err, "start-up child:\n%s", out)
-		require.NoError(b, json.Unmarshal(raw, &fig))
+		// The first child starts with an empty state directory (a new
+		// pod: it fetches the whole branch); the second restarts on the
+		// state the first left (a container restart).
+		for i, into := range []*startupFigures{&fig, &restart} {
+			out := filepath.Join(dir, fmt.Sprintf("figures-%d.json", i))
+			job, err := json.Marshal(startupJob{Config: cfg, Out: out})
+			require.NoError(b, err)
+			cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run", "^TestStartupChild$")
+			cmd.Env = append(os.Environ(), startupChildEnv+"="+string(job))
+			if i == 0 {
+				b.StartTimer()
+			}
+			log, err := cmd.CombinedOutput()
+			if i == 0 {
+				b.StopTimer()
+			}
+			require.NoError(b, err, "start-up child:\n%s", log)
+			raw, err := os.ReadFile(out)
+			require.NoError(b, err, "start-up child:\n%s", log)
+			require.NoError(b, json.Unmarshal(raw, into))
+		}
 		b.StartTimer()
 	}
 	const mib = 1 << 20
@@ -102,6 +116,9 @@ func BenchmarkStartup(b *testing.B) {
 	b.ReportMetric(float64(fig.HeapBytes)/mib, "heap-MiB")
 	b.ReportMetric(float64(fig.PeakRSSBytes)/mib, "peak-RSS-MiB")
 	b.ReportMetric(float64(fig.HeapBytes)/1024/float64(s.Runs), "heap-KiB/run")
+	b.ReportMetric(restart.StartupSeconds, "restart-startup-s")
+	b.ReportMetric(float64(restart.HeapBytes)/mib, "restart-heap-MiB")
+	b.ReportMetric(float64(restart.PeakRSSBytes)/mib, "restart-peak-RSS-MiB")
 }
 
 // TestStartupChild is BenchmarkStartup's child; without its job it does

@@ -188,3 +188,16 @@ func findEntry(entries []object.TreeEntry, name string) (object.TreeEntry, bool)
 	}
 	return object.TreeEntry{}, false
 }
+
+// DropResident drops the pages of the mirror's mapped packs read so far
+// from the process's resident set (gitobj.Dir.DropResident): a reader of
+// every run (a reconciler's recovery) calls it now and then, so that its
+// resident set does not grow with the branch. It holds s.mu, under which
+// alone a consolidation unmaps packs.
+func (s *Store) DropResident() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fast != nil && !s.closed {
+		s.fast.DropResident()
+	}
+}

@@ -33,13 +33,18 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resumed := 0
+	resumed, read := 0, 0
 	for _, shard := range shards {
 		ids, err := r.store.ReadDir(ctx, path.Join(base, shard))
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
+			if read++; read%recoverDropEvery == 0 {
+				// The mapped pack pages read so far leave the resident
+				// set: recovery reads every run once.
+				r.store.DropResident()
+			}
 			rs, err := r.readRun(ctx, id)
 			var fo *firedOnlyError
 			if errors.As(err, &fo) {
@@ -67,10 +72,15 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	if err := r.repairReservations(ctx); err != nil {
 		return err
 	}
+	r.store.DropResident()
 	r.log.Info("recovery done", "resumed", resumed)
 	r.setReady()
 	return nil
 }
+
+// recoverDropEvery is how many runs recovery reads between two drops of
+// the evidence mirror's resident pack pages.
+const recoverDropEvery = 256
 
 // repairReservations lifts the cluster reservations that no unfinished or
 // retaining run accounts for (DESIGN §5: abandoned groups release or

@@ -275,13 +275,12 @@ func pinned(pins map[string]types.UID, ob observation) string {
 // operator's own additions allowed (tpls.diff): one that differs counts as
 // foreign too.
 func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string, tpls *mpiTemplates, w *mpiWatch, jobs map[types.UID]string) (observation, error) {
-	var ob observation
 	job, items, cached := w.read()
 	var err error
 	if !cached {
-		ob.live = true
 		job, items, err = b.readLive(ctx, name)
 	}
+	ob := observation{live: !cached}
 	switch {
 	case err != nil:
 		return ob, err

@@ -405,6 +405,53 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		assertCleanedUp(t, c)
 	})
 
+	// The launcher's Job stops being the MPIJob's (its controller
+	// reference dropped, by anyone who may update Jobs) after the backend
+	// has checked the chain on the cache's first look at the launcher: the
+	// live look that ends the observation reads the Job again, and the
+	// launcher's Pass is refused.
+	t.Run("launcher Job re-parented", func(t *testing.T) {
+		reserve(t, "reparent")
+		c := mpiCheckRun("reparent", "#!/bin/sh\nsleep 10\n"+strings.TrimPrefix(mpiPassScript("Pass", 0), "#!/bin/sh\n"), 90*time.Second, participants()...)
+		name := MPIJobName(c.Run, c.Index)
+		done := make(chan struct{})
+		var rep *backend.CheckReport
+		var runErr error
+		go func() {
+			defer close(done)
+			rep, runErr = b.Run(ctx, c)
+		}()
+		var launcher corev1.Pod
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			pl, err := pods.List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + name + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher})
+			require.NoError(ct, err)
+			require.Len(ct, pl.Items, 1)
+			require.Equal(ct, corev1.PodRunning, pl.Items[0].Status.Phase)
+			launcher = pl.Items[0]
+		}, 60*time.Second, 100*time.Millisecond)
+		ref := metav1.GetControllerOf(&launcher)
+		require.NotNil(t, ref)
+		lj, err := env.Client.BatchV1().Jobs("signet").Get(ctx, ref.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for i := range lj.OwnerReferences {
+			lj.OwnerReferences[i].Controller = nil
+		}
+		_, err = env.Client.BatchV1().Jobs("signet").Update(ctx, lj, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("Run did not return after the launcher ended")
+		}
+		require.NoError(t, runErr)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
+			assert.NotEqual(t, specs.VerdictPass, out.Verdict, "a launcher whose Job left the MPIJob passed: %s: %s", pr.Node, out.Reason)
+		}
+		assertCleanedUp(t, c)
+	})
+
 	// Worker 0 is bound to gpu-3, which takes no part, when it is created:
 	// a mutating webhook sets its spec.nodeName past the scheduler (and so
 	// past the workers' affinity, the reservation taint and the cordon), as

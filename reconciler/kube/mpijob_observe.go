@@ -185,16 +185,16 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 				}
 				waiting, admitted = false, true
 			}
+			if _, _, done := launcherState(ob.launcher); done && !ob.live {
+				// The cache shows the launcher terminal: nothing of it is
+				// kept, the API server's word decides.
+				live = true
+				continue
+			}
 			last = ob
 			if ob.launcher != nil {
 				seenLauncher = true
 				if t, res, done := launcherState(ob.launcher); done {
-					if !ob.live {
-						// The cache shows the launcher terminal: decide
-						// on the API server's word only.
-						live = true
-						continue
-					}
 					if late && !t.Exited {
 						t.DeadlineExceeded = true
 					}

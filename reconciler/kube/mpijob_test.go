@@ -355,11 +355,11 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 			require.NoError(t, err)
 			byKind, total := reqs.snapshot()
 			end := ended()
-			require.False(t, end.IsZero(), "the test's watch never saw the launcher end")
 			for _, pr := range rep.Participants {
 				out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
 				assert.Equal(t, specs.VerdictPass, out.Verdict, "%s: %s", pr.Node, out.Reason)
 			}
+			require.False(t, end.IsZero(), "the test's watch never saw the launcher end")
 			latency := returned.Sub(end)
 			t.Logf("run took %v; Run returned %v after the launcher's end; %d API requests: %s",
 				returned.Sub(begin).Round(time.Millisecond), latency.Round(time.Millisecond), total, byKind)

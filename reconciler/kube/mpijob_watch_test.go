@@ -89,13 +89,19 @@ func (r *requestCounter) snapshot() (string, int) {
 
 // launcherEnd watches, through its own watch, the launcher pod of MPIJob
 // name and returns a function that says when it was first seen terminal
-// (zero when it was not).
+// (zero when it was not within 10 s of the call).
 func launcherEnd(ctx context.Context, t *testing.T, env *kubetest.Env, name string) func() time.Time {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	w, err := env.Client.CoreV1().Pods("signet").Watch(ctx, metav1.ListOptions{
-		LabelSelector: MPIJobNameLabel + "=" + name + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher,
-	})
+	sel := MPIJobNameLabel + "=" + name + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher
+	// Listed from the API server's watch cache (resourceVersion 0) and
+	// watched from there, as an informer does: a watch from etcd's latest
+	// version can time out waiting for the watch cache to catch up
+	// (Debian's etcd 3.4 sends it no progress notifications).
+	pods := env.Client.CoreV1().Pods("signet")
+	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: "0"})
+	require.NoError(t, err)
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: l.ResourceVersion})
 	require.NoError(t, err)
 	var at atomic.Pointer[time.Time]
 	done := make(chan struct{})
@@ -112,6 +118,12 @@ func launcherEnd(ctx context.Context, t *testing.T, env *kubetest.Env, name stri
 		}
 	}()
 	return func() time.Time {
+		// The backend may have read the end before this watch delivered
+		// it: wait for it a while.
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
 		cancel()
 		<-done
 		if p := at.Load(); p != nil {

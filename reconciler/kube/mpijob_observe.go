@@ -90,6 +90,9 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 	}
 	w := b.watch(ctx, name)
 	defer w.stop()
+	// The first look waits for the watch's lists (the job was just
+	// created or adopted: nothing is missed), else it reads the API server.
+	w.waitSynced(ctx, mpiSyncTimeout)
 	// chain keeps the launcher chain's verdict per Job UID across the
 	// looks at the cache; a live look reads every Job again, and its
 	// verdicts replace these.

@@ -337,17 +337,23 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		poll  time.Duration
+		sleep int // seconds the launcher runs
 		bound time.Duration
 	}{
-		{name: "event-driven", poll: time.Hour, bound: 20 * time.Second},
+		{name: "event-driven", poll: time.Hour, sleep: 20, bound: 20 * time.Second},
 		{name: "default poll interval"},
+		{name: "default poll interval 20s launcher", sleep: 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			run := strings.ReplaceAll(tc.name, " ", "-")
+			run := strings.ReplaceAll(strings.ReplaceAll(tc.name, "default poll interval", "dpi"), " ", "-")
 			reserve(t, run)
 			cs, dyn, reqs := countedClients(t, env)
 			wb := NewMPIJobBackend(dyn, cs, MPIJobOptions{Namespace: "signet", SignetImage: mpiTestSignetImage, PollInterval: tc.poll})
-			c := mpiCheckRun(run, mpiPassScript("Pass", 0), 60*time.Second, participants()...)
+			script := mpiPassScript("Pass", 0)
+			if tc.sleep > 0 {
+				script = fmt.Sprintf("#!/bin/sh\nsleep %d\n", tc.sleep) + strings.TrimPrefix(script, "#!/bin/sh\n")
+			}
+			c := mpiCheckRun(run, script, 60*time.Second, participants()...)
 			ended := launcherEnd(ctx, t, env, MPIJobName(c.Run, c.Index))
 			begin := time.Now()
 			rep, err := wb.Run(ctx, c)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,10 @@ type mpiWatch struct {
 	changed   chan struct{} // one pending signal at most
 	stop      context.CancelFunc
 }
+
+// mpiSyncTimeout bounds how long observe waits for the watch's first
+// lists before its first look; a look before then reads the API server.
+const mpiSyncTimeout = 5 * time.Second
 
 // mpiPodSelector selects the pods of MPIJob name: the MPI Operator's job
 // name label, which signet's templates carry too.
@@ -83,4 +88,21 @@ func (w *mpiWatch) read() (job *unstructured.Unstructured, pods []corev1.Pod, ok
 		}
 	}
 	return job, pods, true
+}
+
+// waitSynced waits until both informers have listed, at most timeout or
+// until ctx is done, and reports whether they have.
+func (w *mpiWatch) waitSynced(ctx context.Context, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !w.jobSynced() || !w.pods.synced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }

@@ -53,7 +53,9 @@ type MPIJobOptions struct {
 	SignetImage string
 	// Logger receives the backend's progress; nil discards it.
 	Logger *slog.Logger
-	// PollInterval is how often an observed MPIJob is read; 1 s when zero.
+	// PollInterval is how often an observed MPIJob is looked at again when
+	// its watch reports no change (every change is looked at at once), and
+	// how often Cleanup looks whether everything is gone; 1 s when zero.
 	PollInterval time.Duration
 	// MaxLogBytes bounds the kept tail of the launcher's log; 64 KiB when
 	// zero.
@@ -71,6 +73,9 @@ type MPIJobBackend struct {
 	client kubernetes.Interface
 	o      MPIJobOptions
 	log    *slog.Logger
+	// watchStarted, when set (tests only), is called with every watch
+	// observe starts, before its first look.
+	watchStarted func(*mpiWatch)
 }
 
 var _ backend.Backend = (*MPIJobBackend)(nil)

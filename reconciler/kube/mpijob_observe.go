@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"signet.dev/signet/evidence"
@@ -28,8 +27,15 @@ import (
 // stores the Job's start time with second precision.
 const operatorDeadlineSkew = time.Second
 
+// mpiRetryInterval bounds the wait after a look that failed to read the
+// API server: its next try does not wait for a change or a PollInterval.
+const mpiRetryInterval = time.Second
+
 // observation is what one poll saw.
 type observation struct {
+	// live is true when the poll read the API server, false when it read
+	// the watch's cache.
+	live     bool
 	launcher *corev1.Pod // nil while none exists
 	workers  []corev1.Pod
 	// foreign lists pods labelled as the job's that it does not control.
@@ -46,8 +52,21 @@ type observation struct {
 	held string
 }
 
-// observe polls until the launcher is terminal, c.Deadline, ctx's end, or
-// the job (UID uid) or its launcher disappears, and builds the report.
+// observe looks at the job until the launcher is terminal, c.Deadline,
+// ctx's end, or the job (UID uid) or its launcher disappears, and builds
+// the report. It watches the MPIJob and its pods (mpiWatch) and looks
+// again at every change they report and at least every PollInterval
+// (issue 19).
+//
+// A look reads the watch's cache once both informers have listed; a cache
+// may lag the API server, so a look that would end the observation (the
+// launcher terminal, the job or a pod gone, replaced or forged, the job
+// suspended again or failed, the deadline passed) is never the last one:
+// it is looked at again on the API server (a live poll: the MPIJob, its
+// pods and every launcher's Job read afresh), and only what that live
+// look shows ends the observation and decides the verdict. A cache that
+// shows a launcher terminal with a Pass while the API server does not can
+// therefore not yield a Pass (TestMPIJobOnAPIServer/stale_cache).
 func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid string, started time.Time, log *slog.Logger) *backend.CheckReport {
 	name := MPIJobName(c.Run, c.Index)
 	var last observation
@@ -69,6 +88,18 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 		term := specs.Termination{Reason: "the MPIJob's templates cannot be rendered to compare its pods with: " + err.Error()}
 		return b.report(ctx, c, started, last, tpls, term, nil, log)
 	}
+	w := b.watch(ctx, name)
+	defer w.stop()
+	// The first look waits for the watch's lists (the job was just
+	// created or adopted: nothing is missed), else it reads the API server.
+	w.waitSynced(ctx, mpiSyncTimeout)
+	// chain keeps the launcher chain's verdict per Job UID across the
+	// looks at the cache; a live look reads every Job again, and its
+	// verdicts replace these.
+	chain := map[types.UID]string{}
+	// live: the next look reads the API server, to confirm an ending the
+	// cache showed (or because the last live look failed).
+	live := false
 	for {
 		// Past the deadline the operator's own activeDeadlineSeconds may
 		// end or remove the launcher: what this poll sees is then the
@@ -76,7 +107,18 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 		// from a start time stored in whole seconds, so it can fire up to a
 		// second before c.Deadline: that second counts as late too.
 		late := !time.Now().Add(operatorDeadlineSkew).Before(c.Deadline)
-		ob, err := b.poll(ctx, c, name, uid, tpls)
+		var ob observation
+		var err error
+		if live {
+			fresh := map[types.UID]string{}
+			ob, err = b.poll(ctx, c, name, uid, tpls, nil, fresh)
+			if err == nil {
+				chain = fresh
+			}
+		} else {
+			ob, err = b.poll(ctx, c, name, uid, tpls, w, chain)
+		}
+		live = err != nil && live
 		if err == nil && ob.gone == "" {
 			ob.gone = pinned(pins, ob)
 		}
@@ -88,6 +130,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 				ob.gone = "launcher pod of MPIJob " + name + " disappeared behind signet's back"
 			}
 			if ob.gone != "" {
+				if !ob.live {
+					live = true
+					continue
+				}
 				// Keep the last identities seen: the workers ran there.
 				term := specs.Termination{Started: seenLauncher, Reason: ob.gone}
 				switch {
@@ -105,6 +151,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 			}
 			if ob.suspended {
 				if admitted || seenLauncher || len(ob.workers) > 0 || ob.launcher != nil {
+					if !ob.live {
+						live = true
+						continue
+					}
 					// Suspended again once it ran (Kueue evicts a job by
 					// suspending it; the operator then deletes its pods):
 					// the check is stopped, never Pass, never rerun.
@@ -120,6 +170,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 					return b.report(ctx, c, started, last, tpls, term, nil, log)
 				}
 				if queue == "" {
+					if !ob.live {
+						live = true
+						continue
+					}
 					ob.gone = "MPIJob " + name + " was suspended behind signet's back (spec.runPolicy.suspend true) and the check names no queue"
 					log.Warn("mpijob gone", "reason", ob.gone)
 					return b.report(ctx, c, started, last, tpls, specs.Termination{Reason: ob.gone}, nil, log)
@@ -134,6 +188,12 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 				}
 				waiting, admitted = false, true
 			}
+			if _, _, done := launcherState(ob.launcher); done && !ob.live {
+				// The cache shows the launcher terminal: nothing of it is
+				// kept, the API server's word decides.
+				live = true
+				continue
+			}
 			last = ob
 			if ob.launcher != nil {
 				seenLauncher = true
@@ -144,6 +204,10 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 					return b.report(ctx, c, started, last, tpls, t, res, log)
 				}
 			} else if ob.failed != "" {
+				if !ob.live {
+					live = true
+					continue
+				}
 				term := specs.Termination{Reason: "MPIJob failed before its launcher ran: " + ob.failed}
 				return b.report(ctx, c, started, last, tpls, term, nil, log)
 			}
@@ -154,6 +218,12 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 			return b.report(ctx, c, started, last, tpls, term, res, log)
 		}
 		if !time.Now().Before(c.Deadline) {
+			if err == nil && !ob.live {
+				// One last look on the API server: the launcher may
+				// have ended where the cache does not show it yet.
+				live = true
+				continue
+			}
 			term, res, _ := launcherState(last.launcher)
 			term.DeadlineExceeded = true
 			term.Reason = mpiJoinReasons(term.Reason, "launcher not terminal at the check's deadline "+c.Deadline.UTC().Format(time.RFC3339))
@@ -165,8 +235,12 @@ func (b *MPIJobBackend) observe(ctx context.Context, c *backend.CheckRun, uid st
 			return b.report(ctx, c, started, last, tpls, term, res, log)
 		}
 		wait := min(b.o.PollInterval, max(time.Until(c.Deadline), time.Millisecond))
+		if err != nil {
+			wait = min(wait, mpiRetryInterval)
+		}
 		select {
 		case <-ctx.Done():
+		case <-w.changed:
 		case <-time.After(wait):
 		}
 	}
@@ -190,7 +264,10 @@ func pinned(pins map[string]types.UID, ob observation) string {
 }
 
 // poll reads the MPIJob (which must still have UID uid), its launcher pod and
-// its worker pods. Only pods whose controller chain leads to the MPIJob
+// its worker pods: from the watch w when it is not nil and has listed both
+// (ob.live false), else from the API server (ob.live true). checked caches
+// the launcher chain's verdict per Job UID for as long as the caller keeps
+// it. Only pods whose controller chain leads to the MPIJob
 // count (issue 21, finding 1): a worker controlled by the MPIJob, a
 // launcher controlled by a batch/v1 Job that the MPIJob controls, each
 // created no earlier than the intent. A pod that carries the job's labels
@@ -200,15 +277,19 @@ func pinned(pins map[string]types.UID, ob observation) string {
 // Each pod that passes is also compared with its rendered template, the
 // operator's own additions allowed (tpls.diff): one that differs counts as
 // foreign too.
-func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string, tpls *mpiTemplates) (observation, error) {
-	var ob observation
-	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid string, tpls *mpiTemplates, w *mpiWatch, jobs map[types.UID]string) (observation, error) {
+	job, items, cached := w.read()
+	var err error
+	if !cached {
+		job, items, err = b.readLive(ctx, name)
+	}
+	ob := observation{live: !cached}
 	switch {
-	case apierrors.IsNotFound(err):
-		ob.gone = "MPIJob " + name + " was deleted behind signet's back"
-		return ob, nil
 	case err != nil:
 		return ob, err
+	case job == nil:
+		ob.gone = "MPIJob " + name + " was deleted behind signet's back"
+		return ob, nil
 	case string(job.GetUID()) != uid:
 		ob.gone = fmt.Sprintf("MPIJob %s was replaced behind signet's back (uid %s, created as %s)", name, job.GetUID(), uid)
 		return ob, nil
@@ -224,15 +305,8 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 			ob.failed = fmt.Sprintf("%v: %v", m["reason"], m["message"])
 		}
 	}
-	pods, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{MPIJobNameLabel: name}).String(),
-	})
-	if err != nil {
-		return ob, err
-	}
 	var launchers []corev1.Pod
-	jobs := map[types.UID]string{} // launcher Jobs checked in this poll: "" when controlled by the MPIJob
-	for _, p := range pods.Items {
+	for _, p := range items {
 		var why string
 		switch p.Labels[MPIJobRoleLabel] {
 		case MPIRoleLauncher:
@@ -263,7 +337,12 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 		ob.gone = "pods labelled as MPIJob " + name + "'s that it does not control: " + strings.Join(ob.foreign, "; ")
 		// A job deleted while this poll listed its pods takes its launcher
 		// Job first: say that, the cause, rather than the orphans it
-		// leaves for a moment. Either way the check is not a Pass.
+		// leaves for a moment. Either way the check is not a Pass. (A
+		// look at the cache ends nothing: the live look that follows
+		// reads it.)
+		if !ob.live {
+			return ob, nil
+		}
 		again, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -291,13 +370,31 @@ func (b *MPIJobBackend) poll(ctx context.Context, c *backend.CheckRun, name, uid
 	return ob, nil
 }
 
+// readLive reads MPIJob name (nil when it does not exist) and its pods from
+// the API server, the MPIJob first.
+func (b *MPIJobBackend) readLive(ctx context.Context, name string) (*unstructured.Unstructured, []corev1.Pod, error) {
+	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	pods, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: mpiPodSelector(name)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return job, pods.Items, nil
+}
+
 // launcherChain says why the launcher pod p is not the MPIJob's (uid):
 // its controller must be a batch/v1 Job that exists with that UID and is
 // itself controlled by the MPIJob. checked caches the verdict per Job UID
-// for one poll. "" when the chain holds. A Job that does not exist breaks
-// the chain; one that could not be read (a canceled poll, an API error)
-// is an error, not a verdict: the poll is retried, and a cancel that
-// ended it is reported as the cancel it is.
+// (for one live poll, or across the looks at the watch's cache). "" when
+// the chain holds. A Job that does not exist breaks the chain; one that
+// could not be read (a canceled poll, an API error) is an error, not a
+// verdict: the poll is retried, and a cancel that ended it is reported as
+// the cancel it is.
 func (b *MPIJobBackend) launcherChain(ctx context.Context, p *corev1.Pod, uid types.UID, checked map[types.UID]string) (string, error) {
 	ref := metav1.GetControllerOf(p)
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {

@@ -329,6 +329,135 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 		assertCleanedUp(t, c)
 	})
 
+	// The backend watches the MPIJob and its pods (issue 19): with a
+	// PollInterval of an hour it still notices the launcher's end at once.
+	// Each case counts the API requests of its Run (not of Cleanup) and
+	// how long after the launcher's end (seen by a watch of the test's
+	// own) Run returned.
+	for _, tc := range []struct {
+		name  string
+		poll  time.Duration
+		sleep int // seconds the launcher runs
+		bound time.Duration
+	}{
+		{name: "event-driven", poll: time.Hour, sleep: 20, bound: 20 * time.Second},
+		{name: "default poll interval"},
+		{name: "default poll interval 20s launcher", sleep: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := strings.ReplaceAll(strings.ReplaceAll(tc.name, "default poll interval", "dpi"), " ", "-")
+			reserve(t, run)
+			cs, dyn, reqs := countedClients(t, env)
+			wb := NewMPIJobBackend(dyn, cs, MPIJobOptions{Namespace: "signet", SignetImage: mpiTestSignetImage, PollInterval: tc.poll})
+			script := mpiPassScript("Pass", 0)
+			if tc.sleep > 0 {
+				script = fmt.Sprintf("#!/bin/sh\nsleep %d\n", tc.sleep) + strings.TrimPrefix(script, "#!/bin/sh\n")
+			}
+			c := mpiCheckRun(run, script, 60*time.Second, participants()...)
+			ended := launcherEnd(ctx, t, env, MPIJobName(c.Run, c.Index))
+			begin := time.Now()
+			rep, err := wb.Run(ctx, c)
+			returned := time.Now()
+			require.NoError(t, err)
+			byKind, total := reqs.snapshot()
+			end := ended()
+			for _, pr := range rep.Participants {
+				out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+				assert.Equal(t, specs.VerdictPass, out.Verdict, "%s: %s", pr.Node, out.Reason)
+			}
+			require.False(t, end.IsZero(), "the test's watch never saw the launcher end")
+			latency := returned.Sub(end)
+			t.Logf("run took %v; Run returned %v after the launcher's end; %d API requests: %s",
+				returned.Sub(begin).Round(time.Millisecond), latency.Round(time.Millisecond), total, byKind)
+			if tc.bound > 0 {
+				assert.Less(t, latency, tc.bound, "the launcher's end was noticed only %v after it, with a PollInterval of %v", latency, tc.poll)
+			}
+			assertCleanedUp(t, c)
+		})
+	}
+
+	// The pod watch's cache shows the launcher exited 0 with a Pass result
+	// while it still runs (sleep 60): an observation that ended on the
+	// cache's word would record a Pass the launcher never reported. The
+	// backend confirms every ending on the API server, which shows the
+	// launcher running, and the canceled check is no Pass.
+	t.Run("stale cache", func(t *testing.T) {
+		reserve(t, "stale")
+		c := mpiCheckRun("stale", "#!/bin/sh\nsleep 60\n", 90*time.Second, participants()...)
+		stale := &staleLauncherCache{result: fmt.Sprintf(`{"run":%q,"check":%q,"nonce":%q,"verdict":"Pass","summary":"only in the cache"}`, c.Run, c.Check.Name, c.Nonce)}
+		sb := NewMPIJobBackend(env.Dynamic(), env.Client, MPIJobOptions{Namespace: "signet", SignetImage: mpiTestSignetImage, PollInterval: 100 * time.Millisecond})
+		sb.watchStarted = func(w *mpiWatch) {
+			stale.Store = w.pods.store
+			w.pods.store = stale
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			// Cancel 3 s after the cache first showed the launcher ended.
+			for rctx.Err() == nil && !stale.served.Load() {
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(3 * time.Second)
+			cancel()
+		}()
+		rep, err := sb.Run(rctx, c)
+		require.NoError(t, err)
+		require.True(t, stale.served.Load(), "the cache never showed the launcher ended: this case proves nothing")
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
+			assert.NotEqual(t, specs.VerdictPass, out.Verdict, "a stale cache passed: %s: %s", pr.Node, out.Reason)
+		}
+		assertCleanedUp(t, c)
+	})
+
+	// The launcher's Job stops being the MPIJob's (its controller
+	// reference dropped, by anyone who may update Jobs) after the backend
+	// has checked the chain on the cache's first look at the launcher: the
+	// live look that ends the observation reads the Job again, and the
+	// launcher's Pass is refused.
+	t.Run("launcher Job re-parented", func(t *testing.T) {
+		reserve(t, "reparent")
+		c := mpiCheckRun("reparent", "#!/bin/sh\nsleep 10\n"+strings.TrimPrefix(mpiPassScript("Pass", 0), "#!/bin/sh\n"), 90*time.Second, participants()...)
+		name := MPIJobName(c.Run, c.Index)
+		done := make(chan struct{})
+		var rep *backend.CheckReport
+		var runErr error
+		go func() {
+			defer close(done)
+			rep, runErr = b.Run(ctx, c)
+		}()
+		var launcher corev1.Pod
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			pl, err := pods.List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + name + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher})
+			require.NoError(ct, err)
+			require.Len(ct, pl.Items, 1)
+			require.Equal(ct, corev1.PodRunning, pl.Items[0].Status.Phase)
+			launcher = pl.Items[0]
+		}, 60*time.Second, 100*time.Millisecond)
+		ref := metav1.GetControllerOf(&launcher)
+		require.NotNil(t, ref)
+		lj, err := env.Client.BatchV1().Jobs("signet").Get(ctx, ref.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for i := range lj.OwnerReferences {
+			lj.OwnerReferences[i].Controller = nil
+		}
+		_, err = env.Client.BatchV1().Jobs("signet").Update(ctx, lj, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("Run did not return after the launcher ended")
+		}
+		require.NoError(t, runErr)
+		for _, pr := range rep.Participants {
+			out := specs.Evaluate(specs.Expect{Run: c.Run, Check: c.Check.Name, Nonce: c.Nonce}, pr.Termination, pr.Result)
+			t.Logf("%s: %s: %s", pr.Node, out.Verdict, out.Reason)
+			assert.NotEqual(t, specs.VerdictPass, out.Verdict, "a launcher whose Job left the MPIJob passed: %s: %s", pr.Node, out.Reason)
+		}
+		assertCleanedUp(t, c)
+	})
+
 	// Worker 0 is bound to gpu-3, which takes no part, when it is created:
 	// a mutating webhook sets its spec.nodeName past the scheduler (and so
 	// past the workers' affinity, the reservation taint and the cordon), as

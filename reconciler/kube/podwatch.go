@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -25,7 +26,15 @@ type podWatch struct {
 // watchPods starts the informer of the check pods selected by selector;
 // it runs until ctx is done or stop is called.
 func (b *PodBackend) watchPods(ctx context.Context, selector string) *podWatch {
-	pods := b.client.CoreV1().Pods(b.o.Namespace)
+	return watchPods(ctx, b.client, b.o.Namespace, selector, make(chan struct{}, 1))
+}
+
+// watchPods starts the informer of the pods of namespace ns selected by
+// the label selector selector; every change is signalled on changed (a
+// channel of capacity one, never blocked on). It runs until ctx is done
+// or stop is called.
+func watchPods(ctx context.Context, client kubernetes.Interface, ns, selector string, changed chan struct{}) *podWatch {
+	pods := client.CoreV1().Pods(ns)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
@@ -36,26 +45,33 @@ func (b *PodBackend) watchPods(ctx context.Context, selector string) *podWatch {
 			return pods.Watch(ctx, o)
 		},
 	}
-	w := &podWatch{changed: make(chan struct{}, 1)}
+	ictx, cancel := context.WithCancel(ctx)
+	store, synced := runInformer(ictx, lw, &corev1.Pod{}, changed)
+	return &podWatch{store: store, synced: synced, changed: changed, stop: cancel}
+}
+
+// runInformer runs an informer of objects like obj over lw until ctx is
+// done, signalling every addition, update and deletion on changed without
+// blocking (one pending signal at most). It returns the informer's store
+// and whether its first list has arrived.
+func runInformer(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, changed chan struct{}) (cache.Store, func() bool) {
 	signal := func() {
 		select {
-		case w.changed <- struct{}{}:
+		case changed <- struct{}{}:
 		default:
 		}
 	}
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
-		ObjectType:    &corev1.Pod{},
+		ObjectType:    obj,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { signal() },
 			UpdateFunc: func(any, any) { signal() },
 			DeleteFunc: func(any) { signal() },
 		},
 	})
-	ictx, cancel := context.WithCancel(ctx)
-	go ctrl.RunWithContext(ictx)
-	w.store, w.synced, w.stop = store, ctrl.HasSynced, cancel
-	return w
+	go ctrl.RunWithContext(ctx)
+	return store, ctrl.HasSynced
 }
 
 // pods returns copies of the pods the watch shows now, false until its

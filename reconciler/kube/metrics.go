@@ -85,6 +85,15 @@ func verb(req *http.Request) string {
 // is not a resource path (discovery, /version) counts as named, so that a
 // GET of it is a get.
 func hasName(p string) bool {
+	parts, ok := resourceParts(p)
+	return !ok || len(parts) != 1
+}
+
+// resourceParts returns the elements of a resource path after its API
+// group and version and its namespace (resource, then name and
+// subresource when present); false for a path that is not a resource
+// path.
+func resourceParts(p string) ([]string, bool) {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
 	switch {
 	case len(parts) >= 2 && parts[0] == "api":
@@ -92,10 +101,10 @@ func hasName(p string) bool {
 	case len(parts) >= 3 && parts[0] == "apis":
 		parts = parts[3:]
 	default:
-		return true
+		return nil, false
 	}
 	if len(parts) > 2 && parts[0] == "namespaces" {
 		parts = parts[2:]
 	}
-	return len(parts) != 1
+	return parts, true
 }

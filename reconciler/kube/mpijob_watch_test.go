@@ -51,17 +51,9 @@ func countedClients(t *testing.T, env *kubetest.Env) (kubernetes.Interface, dyna
 
 // resourceOf is the resource (and subresource) a request path names.
 func resourceOf(p string) string {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
+	parts, ok := resourceParts(p)
+	if !ok {
 		return p
-	}
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
 	}
 	if len(parts) >= 3 {
 		return parts[0] + "/" + parts[2]

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,11 +102,15 @@ func TestOpenRemovesInterruptedPackWrites(t *testing.T) {
 	require.Equal(t, runFiles("c", "run-1", 2, 64)[1].Data, b)
 }
 
-// TestOpenWhileConsolidating opens a store whose remote moved while the
-// mirror holds small packs: the fetch at open adds a pack and starts a
-// consolidation, whose swap closes and reindexes go-git's storage while
-// open still checks that the new tip descends from the remembered one.
-// Run with -race: the check and the swap must not overlap (both hold s.mu).
+// TestOpenWhileConsolidating opens a store whose fetch brings a third
+// pack, so the refresh at Open starts a consolidation of the mirror's
+// packs, and holds Open inside its refresh (in the TipKeeper's LoadTip,
+// the second, after the fetch and before the ancestry check) until the
+// consolidation has removed the packs it replaced, or 2 s have passed.
+// Open refreshes under the store's lock, so the removal (which takes the
+// lock) must wait for Open: a removal while Open runs would unmap packs
+// its ancestry check may be reading, a fault rather than an error. Then
+// every document reads back.
 func TestOpenWhileConsolidating(t *testing.T) {
 	ctx := context.Background()
 	signer, _ := testSigner(t)
@@ -122,9 +128,12 @@ func TestOpenWhileConsolidating(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, other.Close())
 
+	packsDir := filepath.Join(opts.StateDir, mirrorDir, "objects", "pack")
+	keeper := &pausingKeeper{packs: filepath.Join(packsDir, "pack-*.pack"), wait: 2 * time.Second}
+	opts.Keeper = keeper
 	s := openStore(t, opts)
-	// Wait without taking s.mu first: a lock here would order the swap
-	// after open's reads even without open holding the lock.
+	require.GreaterOrEqual(t, keeper.loads, 2, "Open must read the kept tip inside its refresh")
+	assert.Greater(t, keeper.packsSeen, 1, "the consolidation removed the mirror's packs while Open was inside its refresh")
 	s.repacking.Wait()
 	require.Len(t, mirrorPacks(t, s), 1, "the fetch at open must have started a consolidation of the mirror's packs")
 	assert.Equal(t, moved, s.Tip())
@@ -135,3 +144,53 @@ func TestOpenWhileConsolidating(t *testing.T) {
 		assert.Equal(t, f.Data, b, f.Path)
 	}
 }
+
+// pausingKeeper keeps a tip in memory (a version counter as its
+// compare-and-swap). Open reads the kept tip twice: before its fetch and
+// inside its refresh, after the fetch. That second LoadTip waits until the packs matching the
+// glob packs are down to one (a consolidation removed the rest) or wait
+// has passed, and records how many there were.
+type pausingKeeper struct {
+	packs     string
+	wait      time.Duration
+	loads     int
+	packsSeen int
+
+	mu   sync.Mutex
+	kept KeptTip
+	n    int
+}
+
+func (k *pausingKeeper) LoadTip(context.Context) (KeptTip, error) {
+	if k.loads++; k.loads == 2 {
+		for deadline := time.Now().Add(k.wait); ; time.Sleep(10 * time.Millisecond) {
+			packs, err := filepath.Glob(k.packs)
+			if err != nil {
+				return KeptTip{}, err
+			}
+			k.packsSeen = len(packs)
+			if len(packs) <= 1 || time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kt := k.kept
+	kt.Version = strconv.Itoa(k.n)
+	return kt, nil
+}
+
+func (k *pausingKeeper) SwapTip(_ context.Context, old, next KeptTip) (KeptTip, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if old.Version != strconv.Itoa(k.n) {
+		return KeptTip{}, fmt.Errorf("%w: version %s, kept %d", ErrTipConflict, old.Version, k.n)
+	}
+	k.n++
+	k.kept = next
+	k.kept.Version = strconv.Itoa(k.n)
+	return k.kept, nil
+}
+
+func (k *pausingKeeper) String() string { return "the test's keeper" }

@@ -299,8 +299,8 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	s.unanchored = s.tip.IsZero() && s.kept.Tip == "" && s.pinned.IsZero()
 	// Under s.mu as every other caller of refresh: the fetch can start a
-	// consolidation (consolidate), whose swap closes and reindexes s.st
-	// while the ancestry check after it reads s.st.
+	// consolidation (consolidate), whose removal of the packs it replaced
+	// unmaps them while the ancestry check after it reads them.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refresh(ctx)

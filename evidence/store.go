@@ -24,7 +24,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
-	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
@@ -135,8 +134,9 @@ type Store struct {
 	remote *gitobj.Remote
 	ref    plumbing.ReferenceName
 	st     *filesystem.Storage // the local bare mirror
-	// packs writes fetched packs into the mirror (fetchTarget).
-	packs *dotgit.DotGit
+	// packDir is the mirror's pack directory, where a fetch installs its
+	// pack (fetchTarget).
+	packDir string
 	lock  *os.File
 
 	// Objects this store created since the last flush, kept in memory and
@@ -249,7 +249,7 @@ func (s *Store) open(ctx context.Context) error {
 	// of a pack written through PackfileWriter (every fetch).
 	s.st = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(),
 		filesystem.Options{KeepDescriptors: true})
-	s.packs = dotgit.New(osfs.New(dir))
+	s.packDir = filepath.Join(dir, "objects", "pack")
 	s.overlay = newOverlay()
 	if _, err := os.Stat(filepath.Join(dir, "config")); errors.Is(err, os.ErrNotExist) {
 		if _, err := git.Init(s.st, nil); err != nil {
@@ -258,7 +258,7 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	// A crash while a pack was written leaves its temporary files: no
 	// other process writes here (StateDir is locked).
-	if err := gitobj.RemoveTempPacks(filepath.Join(dir, "objects", "pack")); err != nil {
+	if err := gitobj.RemoveTempPacks(s.packDir); err != nil {
 		return fmt.Errorf("evidence: mirror %s: %w", dir, err)
 	}
 	// Base trees are read through mapped packs (gitobj.Dir): go-git's

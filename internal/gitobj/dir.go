@@ -277,95 +277,122 @@ func parseLoose(raw []byte, limit int64) (plumbing.ObjectType, []byte, error) {
 // maxDeltaDepth bounds a delta chain (git's default is 50).
 const maxDeltaDepth = 1000
 
-// packed reads the object at off in p, resolving deltas.
-func (d *Dir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing.ObjectType, []byte, error) {
-	if depth > maxDeltaDepth {
-		return plumbing.InvalidObject, nil, fmt.Errorf("pack %s: delta chain longer than %d", p.name, maxDeltaDepth)
-	}
-	bad := func(what string) error { return fmt.Errorf("pack %s: object at offset %d: %s", p.name, off, what) }
+// packEntry is the header of a pack entry: its type and inflated size,
+// where its zlib stream starts, and for a delta where its base is (an
+// offset for OFS_DELTA, a name for REF_DELTA).
+type packEntry struct {
+	t       plumbing.ObjectType
+	size    int64
+	pos     int64
+	baseOff int64
+	baseRef plumbing.Hash
+}
+
+// bad is an error about the entry at off.
+func (p *mappedPack) bad(off int64, what string) error {
+	return fmt.Errorf("pack %s: object at offset %d: %s", p.name, off, what)
+}
+
+// entryHeader parses the header of the entry at off.
+func (p *mappedPack) entryHeader(off int64) (packEntry, error) {
 	data := p.data
 	end := int64(len(data)) - 20
 	if off < 12 || off >= end {
-		return plumbing.InvalidObject, nil, bad("offset outside the pack")
+		return packEntry{}, p.bad(off, "offset outside the pack")
 	}
 	pos := off
 	c := data[pos]
 	pos++
-	t := plumbing.ObjectType((c >> 4) & 7)
-	size := int64(c & 0x0f)
+	e := packEntry{t: plumbing.ObjectType((c >> 4) & 7), size: int64(c & 0x0f)}
 	for shift := 4; c&0x80 != 0; shift += 7 {
 		if pos >= end || shift > 60 {
-			return plumbing.InvalidObject, nil, bad("malformed header")
+			return packEntry{}, p.bad(off, "malformed header")
 		}
 		c = data[pos]
 		pos++
-		size |= int64(c&0x7f) << shift
+		e.size |= int64(c&0x7f) << shift
 	}
-	switch t {
+	switch e.t {
 	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
-		if err := checkSize(size, limit); err != nil {
-			return plumbing.InvalidObject, nil, bad(err.Error())
-		}
-		b, err := inflate(data[pos:end], size)
-		if err != nil {
-			return plumbing.InvalidObject, nil, bad(err.Error())
-		}
-		return t, b, nil
-	case plumbing.OFSDeltaObject, plumbing.REFDeltaObject:
-	default:
-		return plumbing.InvalidObject, nil, bad(fmt.Sprintf("unknown type %d", t))
-	}
-	var base []byte
-	var bt plumbing.ObjectType
-	var err error
-	if t == plumbing.OFSDeltaObject {
+	case plumbing.OFSDeltaObject:
 		if pos >= end {
-			return plumbing.InvalidObject, nil, bad("malformed delta offset")
+			return packEntry{}, p.bad(off, "malformed delta offset")
 		}
 		c = data[pos]
 		pos++
 		rel := int64(c & 0x7f)
 		for c&0x80 != 0 {
 			if pos >= end || rel > 1<<48 {
-				return plumbing.InvalidObject, nil, bad("malformed delta offset")
+				return packEntry{}, p.bad(off, "malformed delta offset")
 			}
 			c = data[pos]
 			pos++
 			rel = ((rel + 1) << 7) | int64(c&0x7f)
 		}
 		if rel <= 0 || rel > off {
-			return plumbing.InvalidObject, nil, bad("delta base outside the pack")
+			return packEntry{}, p.bad(off, "delta base outside the pack")
 		}
-		bt, base, err = d.base(p, off-rel, depth)
-	} else {
+		e.baseOff = off - rel
+	case plumbing.REFDeltaObject:
 		if pos+20 > end {
-			return plumbing.InvalidObject, nil, bad("malformed delta base")
+			return packEntry{}, p.bad(off, "malformed delta base")
 		}
-		var bh plumbing.Hash
-		copy(bh[:], data[pos:pos+20])
+		copy(e.baseRef[:], data[pos:pos+20])
 		pos += 20
-		bo, found := p.offset(bh)
+	default:
+		return packEntry{}, p.bad(off, fmt.Sprintf("unknown type %d", e.t))
+	}
+	e.pos = pos
+	return e, nil
+}
+
+// packed reads the object at off in p, resolving deltas.
+func (d *Dir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing.ObjectType, []byte, error) {
+	if depth > maxDeltaDepth {
+		return plumbing.InvalidObject, nil, fmt.Errorf("pack %s: delta chain longer than %d", p.name, maxDeltaDepth)
+	}
+	e, err := p.entryHeader(off)
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	end := int64(len(p.data)) - 20
+	if e.t != plumbing.OFSDeltaObject && e.t != plumbing.REFDeltaObject {
+		if err := checkSize(e.size, limit); err != nil {
+			return plumbing.InvalidObject, nil, p.bad(off, err.Error())
+		}
+		b, err := inflate(p.data[e.pos:end], e.size)
+		if err != nil {
+			return plumbing.InvalidObject, nil, p.bad(off, err.Error())
+		}
+		return e.t, b, nil
+	}
+	var base []byte
+	var bt plumbing.ObjectType
+	if e.t == plumbing.OFSDeltaObject {
+		bt, base, err = d.base(p, e.baseOff, depth)
+	} else {
+		bo, found := p.offset(e.baseRef)
 		if !found {
-			return plumbing.InvalidObject, nil, bad("delta base " + bh.String() + " is not in the pack")
+			return plumbing.InvalidObject, nil, fmt.Errorf("pack %s: object at offset %d: delta base %s %w", p.name, off, e.baseRef, errNotInPack)
 		}
 		bt, base, err = d.base(p, bo, depth)
 	}
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
 	}
-	if err := checkSize(size, maxObjectSize); err != nil {
-		return plumbing.InvalidObject, nil, bad(err.Error())
+	if err := checkSize(e.size, maxObjectSize); err != nil {
+		return plumbing.InvalidObject, nil, p.bad(off, err.Error())
 	}
-	delta, err := inflate(data[pos:end], size)
+	delta, err := inflate(p.data[e.pos:end], e.size)
 	if err != nil {
-		return plumbing.InvalidObject, nil, bad(err.Error())
+		return plumbing.InvalidObject, nil, p.bad(off, err.Error())
 	}
 	if target, ok := deltaTargetSize(delta); !ok || checkSize(target, limit) != nil {
-		return plumbing.InvalidObject, nil, bad("delta target too large or malformed")
+		return plumbing.InvalidObject, nil, p.bad(off, "delta target too large or malformed")
 	}
 	out, err := packfile.PatchDelta(base, delta)
 	if err != nil {
-		return plumbing.InvalidObject, nil, bad(err.Error())
+		return plumbing.InvalidObject, nil, p.bad(off, err.Error())
 	}
 	return bt, out, nil
 }
@@ -386,15 +413,21 @@ func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []
 	e := make([]byte, 1+len(data))
 	e[0] = byte(t)
 	copy(e[1:], data)
+	d.putBase(k, e)
+	return t, data, nil
+}
+
+// putBase caches e (type byte, then content) as the object at k, within
+// MaxBaseBytes: a full cache is emptied first.
+func (d *Dir) putBase(k baseKey, e []byte) {
 	d.baseMu.Lock()
+	defer d.baseMu.Unlock()
 	if int64(d.baseBytes+len(e)) > MaxBaseBytes.Load() {
 		clear(d.bases)
 		d.baseBytes = 0
 	}
 	d.bases[k] = e
 	d.baseBytes += len(e)
-	d.baseMu.Unlock()
-	return t, data, nil
 }
 
 // deltaTargetSize reads the target size of a delta (after its source

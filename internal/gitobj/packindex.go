@@ -16,6 +16,9 @@ type mappedPack struct {
 	idx  packIndex
 	// unmap releases both mappings.
 	unmap func() error
+	// refs, while the pack is being indexed (PackIndexer), finds the
+	// objects hashed so far in place of idx.
+	refs func(plumbing.Hash) (int64, bool)
 }
 
 // packIndex is a version 2 pack index read in place (mapped, never
@@ -120,6 +123,9 @@ func mapPack(idxPath, packPath string) (*mappedPack, error) {
 // every lookup in a map under a mutex, which the audit's workers would
 // contend on.
 func (p *mappedPack) offset(h plumbing.Hash) (int64, bool) {
+	if p.refs != nil {
+		return p.refs(h)
+	}
 	x := &p.idx
 	lo := 0
 	if h[0] > 0 {

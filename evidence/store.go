@@ -137,7 +137,7 @@ type Store struct {
 	// packDir is the mirror's pack directory, where a fetch installs its
 	// pack (fetchTarget).
 	packDir string
-	lock  *os.File
+	lock    *os.File
 
 	// Objects this store created since the last flush, kept in memory and
 	// written to the mirror as one packfile every flushObjects objects and

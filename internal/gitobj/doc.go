@@ -8,8 +8,9 @@
 // parses trees (ParseTree) and commit headers (ParseCommitHeader), builds
 // a signed commit by splicing only the trees on the paths to new files
 // (Builder), writes packs of whole objects with their index (AddPack) and
-// merges small packs geometrically (Consolidate), and fetches from and
-// pushes to a remote over the smart protocol (Remote).
+// merges small packs geometrically (Consolidate), indexes a fetched pack
+// in bounded memory (PackIndexer), and fetches from and pushes to a
+// remote over the smart protocol (Remote).
 //
 // Every byte it reads from a repository or a remote is untrusted. What it
 // refuses to do:
@@ -29,7 +30,9 @@
 //   - send what the remote has: a push carries exactly the objects a
 //     Builder created (go-git's Remote.Push walks everything reachable
 //     from the remote's refs, go-git issue #1102, so Remote speaks
-//     receive-pack itself); a fetch asks for a self-contained pack;
+//     receive-pack itself); a fetch asks for a self-contained pack, and a
+//     pack that is not (or whose checksum, objects or count are wrong) is
+//     installed not at all;
 //   - lose objects: a consolidation writes and syncs the merged pack
 //     before it removes the packs it replaces;
 //   - show credentials: URLs lose their userinfo and secrets are scrubbed

@@ -94,19 +94,31 @@ func uncertify(n *corev1.Node) bool {
 
 // updateIfOurs reads want's node, lets mutate change it and writes it back
 // when mutate says it changed, retrying on conflict; a missing node or one
-// with another UID is left alone.
+// with another UID is left alone. The first attempt takes the node from
+// the Fleet's cache when mutate would change it there (cachedToWrite):
+// the write carries the cached resourceVersion, so a stale cache ends in
+// a conflict and the retry reads the node live; nothing to do is decided
+// on a live read.
 func (f *Fleet) updateIfOurs(ctx context.Context, want backend.Node, what string, mutate func(*corev1.Node) bool) error {
 	nodes := f.client.CoreV1().Nodes()
+	first := true
 	err := retry.RetryOnConflict(conflictRetry, func() error {
-		n, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if string(n.UID) != want.UID || !mutate(n) {
-			return nil
+		n := f.cachedToWrite(want, first, func(n *corev1.Node) bool { return mutate(n.DeepCopy()) })
+		first = false
+		if n != nil {
+			mutate(n)
+		} else {
+			var err error
+			n, err = nodes.Get(ctx, want.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if string(n.UID) != want.UID || !mutate(n) {
+				return nil
+			}
 		}
 		updated, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
 		if err == nil {

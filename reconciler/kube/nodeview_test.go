@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"signet.dev/signet/internal/testing/kubetest"
 	"signet.dev/signet/reconciler/backend"
@@ -140,6 +141,31 @@ func testFleetCacheStale(t *testing.T, env *kubetest.Env) {
 	err = f.Release(ctx, "our-first-run", oursNode)
 	require.ErrorIs(t, err, backend.ErrNotOurs, "a reservation changed behind the cache is never released on the cache's word")
 	sameAs(t, before, getState(t, env.Client, "stale-c"), true)
+
+	// A certification on a frozen cache: the node rebooted behind it (a
+	// new boot ID), and the identity recorded must be the one it has now,
+	// never the cached one (the write carries the cached resourceVersion,
+	// conflicts, and is decided again on a live read).
+	bootNode := env.CreateNode(ctx, kubetest.NodeOptions{Name: "stale-boot", GPUs: 8, BootID: "boot-before"})
+	cf := NewFleet(env.Client, FleetOptions{Cluster: testCluster, Certify: &CertifyOptions{TTL: time.Hour}})
+	certCtx, stopCert := context.WithCancel(ctx)
+	require.True(t, cf.StartCache(certCtx, 30*time.Second))
+	stopCert()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, "stale-boot", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.NodeInfo.BootID = "boot-after"
+		_, err = env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}))
+	require.NoError(t, cf.Certify(ctx, backend.Node{Name: "stale-boot", UID: string(bootNode.UID)}, "burnin", "run-c", time.Time{}))
+	n, err = env.Client.CoreV1().Nodes().Get(ctx, "stale-boot", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, string(n.UID)+"/boot-after", n.Annotations[CertifiedIdentityAnnotation],
+		"a certification decided on the frozen cache recorded the boot ID the node had before it rebooted")
 }
 
 func nodesOf(t *testing.T, env *kubetest.Env, names ...string) []backend.Node {

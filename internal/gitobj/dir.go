@@ -35,10 +35,12 @@ type Dir struct {
 	loaded map[string]bool
 
 	// bases caches objects delta chains resolve through, by pack and
-	// offset: deltified trees share long chains.
+	// offset: deltified trees share long chains. maxBase bounds it (0:
+	// MaxBaseBytes).
 	baseMu    sync.Mutex
 	bases     map[baseKey][]byte
 	baseBytes int
+	maxBase   int64
 }
 
 type baseKey struct {
@@ -387,14 +389,21 @@ func (d *Dir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing
 	if err != nil {
 		return plumbing.InvalidObject, nil, p.bad(off, err.Error())
 	}
+	out, err := p.patch(off, base, delta, limit)
+	return bt, out, err
+}
+
+// patch applies the delta of the entry at off to base; the result must
+// be within limit (0: maxObjectSize).
+func (p *mappedPack) patch(off int64, base, delta []byte, limit int64) ([]byte, error) {
 	if target, ok := deltaTargetSize(delta); !ok || checkSize(target, limit) != nil {
-		return plumbing.InvalidObject, nil, p.bad(off, "delta target too large or malformed")
+		return nil, p.bad(off, "delta target too large or malformed")
 	}
 	out, err := packfile.PatchDelta(base, delta)
 	if err != nil {
-		return plumbing.InvalidObject, nil, p.bad(off, err.Error())
+		return nil, p.bad(off, err.Error())
 	}
-	return bt, out, nil
+	return out, nil
 }
 
 // base returns a delta base, cached.
@@ -418,11 +427,15 @@ func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []
 }
 
 // putBase caches e (type byte, then content) as the object at k, within
-// MaxBaseBytes: a full cache is emptied first.
+// the cache's bound: a full cache is emptied first.
 func (d *Dir) putBase(k baseKey, e []byte) {
+	limit := d.maxBase
+	if limit == 0 {
+		limit = MaxBaseBytes.Load()
+	}
 	d.baseMu.Lock()
 	defer d.baseMu.Unlock()
-	if int64(d.baseBytes+len(e)) > MaxBaseBytes.Load() {
+	if int64(d.baseBytes+len(e)) > limit {
 		clear(d.bases)
 		d.baseBytes = 0
 	}

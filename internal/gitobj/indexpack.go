@@ -46,8 +46,14 @@ type PackIndexer struct {
 	err error
 }
 
-// indexBatch bounds the index entries sorted in memory at once (32 MiB).
-var indexBatch = 1 << 20
+// indexBatch bounds the index entries sorted in memory at once (about
+// 10 MiB).
+var indexBatch = 1 << 18
+
+// indexBaseBytes bounds the delta base cache while a pack is indexed:
+// at 10^4 runs (1.3 million objects) 16 MiB cost about a fifth more time
+// than 64 MiB, for about 140 MiB less peak RSS.
+const indexBaseBytes = 16 << 20
 
 // NewPackIndexer starts a pack for the pack directory dir (objects/pack),
 // written first to a temporary file next to it: a reader of the pack
@@ -148,8 +154,8 @@ func checkPackTrailer(data []byte) (plumbing.Hash, int, error) {
 	}
 	body := data[:len(data)-20]
 	h := sha1.New()
-	for i := 0; i < len(body); i += 64 << 20 {
-		chunk := body[i:min(len(body), i+64<<20)]
+	for i := 0; i < len(body); i += 8 << 20 {
+		chunk := body[i:min(len(body), i+8<<20)]
 		h.Write(chunk)
 		dropResident(chunk)
 	}
@@ -180,7 +186,7 @@ type indexEntry struct {
 // counts: objects by the first byte of their name.
 func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 	p := &mappedPack{name: "(being indexed)", data: data}
-	d := &Dir{bases: map[baseKey][]byte{}}
+	d := &Dir{bases: map[baseKey][]byte{}, maxBase: indexBaseBytes}
 	// REF_DELTA bases found so far, by name: only the names REF_DELTAs
 	// asked for are kept (stock git sends none when asked for OFS_DELTA).
 	refs := map[plumbing.Hash]int64{}
@@ -214,27 +220,47 @@ func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 		if off >= end {
 			return nil, fmt.Errorf("pack ends after %d of its %d objects", i, count)
 		}
-		next, err := entryEnd(p, off)
+		e, err := p.entryHeader(off)
 		if err != nil {
 			return nil, err
 		}
-		e := indexEntry{off: off, crc: crc32.ChecksumIEEE(data[off:next])}
-		t, content, err := d.packed(p, off, 0, 0)
+		raw, next, err := inflateEntry(p, off, e)
+		if err != nil {
+			return nil, err
+		}
+		ie := indexEntry{off: off, crc: crc32.ChecksumIEEE(data[off:next])}
+		t, content := e.t, raw
+		switch e.t {
+		case plumbing.OFSDeltaObject, plumbing.REFDeltaObject:
+			var base []byte
+			if e.t == plumbing.OFSDeltaObject {
+				t, base, err = d.base(p, e.baseOff, 0)
+			} else if bo, ok := p.offset(e.baseRef); ok {
+				t, base, err = d.base(p, bo, 0)
+			} else {
+				err = errNotInPack
+			}
+			if err == nil {
+				content, err = p.patch(off, base, raw, 0)
+			}
+		}
 		switch {
 		case errors.Is(err, errNotInPack):
-			waiting = append(waiting, e)
+			waiting = append(waiting, ie)
 		case err != nil:
 			return nil, err
 		default:
-			e.h = HashObject(t, content)
+			ie.h = HashObject(t, content)
 			d.keepBase(p, off, t, content)
-			if err := emit(e); err != nil {
+			if err := emit(ie); err != nil {
 				return nil, err
 			}
 		}
 		off = next
-		if off-dropped > 64<<20 {
-			dropResident(data[dropped:off])
+		// Delta bases are read back from anywhere before off: drop every
+		// page read so far, not only the ones scanned since the last drop.
+		if off-dropped > 32<<20 {
+			dropResident(data[:off])
 			dropped = off
 		}
 	}
@@ -287,30 +313,31 @@ func findWanted(spill *os.File, wanted map[plumbing.Hash]bool, refs map[plumbing
 	})
 }
 
-// entryEnd returns where the pack entry at off ends: after its header,
-// delta base and zlib stream, whose inflated size must be the one its
-// header declares.
-func entryEnd(p *mappedPack, off int64) (int64, error) {
-	e, err := p.entryHeader(off)
-	if err != nil {
-		return 0, err
-	}
+// inflateEntry inflates the zlib stream of the entry at off (header e)
+// and returns it and where the entry ends. The stream must inflate to
+// exactly the size the header declares, and end there.
+func inflateEntry(p *mappedPack, off int64, e packEntry) ([]byte, int64, error) {
 	if err := checkSize(e.size, maxObjectSize); err != nil {
-		return 0, p.bad(off, err.Error())
+		return nil, 0, p.bad(off, err.Error())
 	}
-	f, err := getInflater(p.data[e.pos : len(p.data)-20])
+	end := int64(len(p.data) - 20)
+	f, err := getInflater(p.data[e.pos:end])
 	if err != nil {
-		return 0, p.bad(off, err.Error())
+		return nil, 0, p.bad(off, err.Error())
 	}
 	defer putInflater(f)
-	n, err := io.Copy(io.Discard, f.zr)
-	if err != nil {
-		return 0, p.bad(off, "inflate: "+err.Error())
+	out := make([]byte, e.size)
+	if _, err := io.ReadFull(f.zr, out); err != nil {
+		return nil, 0, p.bad(off, "inflate: "+err.Error())
 	}
-	if n != e.size {
-		return 0, p.bad(off, fmt.Sprintf("inflates to %d bytes, its header says %d", n, e.size))
+	var more [1]byte
+	if n, err := f.zr.Read(more[:]); n != 0 || err != io.EOF {
+		if err == nil || err == io.EOF {
+			return nil, 0, p.bad(off, fmt.Sprintf("inflates to more than the %d bytes its header says", e.size))
+		}
+		return nil, 0, p.bad(off, "inflate: "+err.Error())
 	}
-	return int64(len(p.data)-20) - int64(f.br.Len()), nil
+	return out, end - int64(f.br.Len()), nil
 }
 
 // writeIndex writes the version 2 index of the pack named name to w from

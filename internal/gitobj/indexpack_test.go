@@ -129,7 +129,10 @@ func TestPackIndexerRefusesBadPacks(t *testing.T) {
 	binary.BigEndian.PutUint32(fewer[8:], binary.BigEndian.Uint32(pack[8:])+1)
 
 	// The first object again, before the trailer.
-	first, err := entryEnd(&mappedPack{data: pack}, 12)
+	p := &mappedPack{data: pack}
+	e, err := p.entryHeader(12)
+	require.NoError(t, err)
+	_, first, err := inflateEntry(p, 12, e)
 	require.NoError(t, err)
 	twice := append(bytes.Clone(pack[:len(pack)-20]), pack[12:first]...)
 	binary.BigEndian.PutUint32(twice[8:], binary.BigEndian.Uint32(pack[8:])+1)

@@ -78,7 +78,7 @@ func NewFamily(ctx context.Context, env reconciler.FamilyEnv) (*backend.Family, 
 	}
 	fam := &backend.Family{Name: FamilyName, Fleet: fleet, Backends: map[specs.Backend]backend.Backend{}}
 	if cfg.Backends.Pod.Enabled {
-		fam.Backends[specs.BackendPod] = NewPodBackend(client, PodOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: env.Logger})
+		fam.Backends[specs.BackendPod] = NewPodBackend(client, PodOptions{Namespace: ns, SignetImage: cfg.Kubernetes.SignetImage, Logger: env.Logger, NodeUIDs: fleet.CachedNodeUID})
 	}
 	if cfg.Backends.MPIJob.Enabled {
 		dyn, err := dynamic.NewForConfig(rc)

@@ -133,6 +133,21 @@ func (f *Fleet) wrote(n *corev1.Node) {
 	}
 }
 
+// CachedNodeUID returns the UID of node name as the Fleet's cache holds
+// it; ok is false when the cache is not ready or does not hold the node
+// (the caller reads the API server). The pod backend records it in a
+// participant's identity (PodOptions.NodeUIDs).
+func (f *Fleet) CachedNodeUID(name string) (uid string, ok bool) {
+	if f.cached == nil || !f.cached.ready() {
+		return "", false
+	}
+	n, err := f.cached.node(context.Background(), name)
+	if err != nil || n.UID == "" {
+		return "", false
+	}
+	return string(n.UID), true
+}
+
 // selectView is the view selection reads: the cache once it is ready, the
 // API server before.
 func (f *Fleet) selectView() nodeView {

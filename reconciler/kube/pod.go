@@ -51,6 +51,10 @@ type PodOptions struct {
 	MaxLogBytes int
 	// CleanupTimeout bounds how long Cleanup waits for the objects to go.
 	CleanupTimeout time.Duration
+	// NodeUIDs, when set, answers a node's UID from a cache (the Fleet's,
+	// Fleet.CachedNodeUID); when it does not know the node, or is nil, the
+	// node is read from the API server.
+	NodeUIDs func(name string) (uid string, ok bool)
 }
 
 // PodBackend is the `pod` backend (DESIGN §7): one pod per participant,
@@ -395,8 +399,14 @@ func (b *PodBackend) poll(ctx context.Context, c *backend.CheckRun, ws []*watche
 	return nil
 }
 
-// nodeUID returns the UID of node name, or "" when it cannot be read.
+// nodeUID returns the UID of node name, from the cache (NodeUIDs) when it
+// knows the node, or "" when it cannot be read.
 func (b *PodBackend) nodeUID(ctx context.Context, name string) string {
+	if b.o.NodeUIDs != nil {
+		if uid, ok := b.o.NodeUIDs(name); ok {
+			return uid
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
 	defer cancel()
 	n, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

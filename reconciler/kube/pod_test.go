@@ -399,7 +399,11 @@ func startE2E(t *testing.T, misbehave map[string]kubetest.Misbehaviour) *e2e {
 		},
 		Misbehave: kubetest.MisbehaveByName(misbehave),
 	})
-	b := NewPodBackend(env.Client, PodOptions{Namespace: "default", SignetImage: testSignetImage, PollInterval: 200 * time.Millisecond, CleanupTimeout: time.Minute})
+	// Node UIDs come from a Fleet's cache, as the reconciler wires it.
+	fleet := testFleet(env)
+	require.True(t, fleet.StartCache(t.Context(), 30*time.Second))
+	b := NewPodBackend(env.Client, PodOptions{Namespace: "default", SignetImage: testSignetImage, PollInterval: 200 * time.Millisecond, CleanupTimeout: time.Minute,
+		NodeUIDs: fleet.CachedNodeUID})
 	return &e2e{env: env, nodes: parts, b: b}
 }
 

@@ -243,6 +243,10 @@ func Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 	return s, nil
 }
 
+// storeBaseBytes bounds the delta base cache of the store's mapped packs
+// (gitobj.Dir.LimitBaseCache).
+const storeBaseBytes = 16 << 20
+
 func (s *Store) open(ctx context.Context) error {
 	dir := filepath.Join(s.opts.StateDir, mirrorDir)
 	// Not ExclusiveAccess: with it, go-git v5.19.3 does not find objects
@@ -268,6 +272,10 @@ func (s *Store) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("evidence: open mirror objects %s: %w", dir, err)
 	}
+	// A reconciler reads each run's documents about once (recovery, the
+	// runs in flight): a small delta base cache keeps its memory bounded
+	// by the work in flight (issue 19).
+	fast.LimitBaseCache(storeBaseBytes)
 	s.fast = fast
 	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay, fast: fast, trees: &treeCache{}}
 	b, err := os.ReadFile(filepath.Join(s.opts.StateDir, stateFile))

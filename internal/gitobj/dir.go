@@ -70,6 +70,15 @@ func OpenDir(gitDir string) (*Dir, error) {
 	return d, nil
 }
 
+// LimitBaseCache bounds d's delta base cache to n bytes (instead of
+// MaxBaseBytes), for a reader whose memory matters more than its speed
+// over long delta chains.
+func (d *Dir) LimitBaseCache(n int64) {
+	d.baseMu.Lock()
+	defer d.baseMu.Unlock()
+	d.maxBase = n
+}
+
 // Concurrent implements Source: a Dir is safe for concurrent use.
 func (d *Dir) Concurrent() bool { return true }
 
@@ -429,12 +438,12 @@ func (d *Dir) base(p *mappedPack, off int64, depth int) (plumbing.ObjectType, []
 // putBase caches e (type byte, then content) as the object at k, within
 // the cache's bound: a full cache is emptied first.
 func (d *Dir) putBase(k baseKey, e []byte) {
+	d.baseMu.Lock()
+	defer d.baseMu.Unlock()
 	limit := d.maxBase
 	if limit == 0 {
 		limit = MaxBaseBytes.Load()
 	}
-	d.baseMu.Lock()
-	defer d.baseMu.Unlock()
 	if int64(d.baseBytes+len(e)) > limit {
 		clear(d.bases)
 		d.baseBytes = 0

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,35 +94,6 @@ type Fleet struct {
 	log      *slog.Logger
 	// taintOnly: FleetOptions.TaintOnly.
 	taintOnly bool
-
-	// justReserved holds, by run and node, the node as this Fleet's
-	// reservation write returned it, until the admission's Snapshot takes
-	// it (or a release drops it): that snapshot needs no read of its own.
-	justMu       sync.Mutex
-	justReserved map[runNode]*corev1.Node
-}
-
-type runNode struct{ run, node string }
-
-// keepReserved remembers n as run's reservation write returned it.
-func (f *Fleet) keepReserved(run string, n *corev1.Node) {
-	f.justMu.Lock()
-	defer f.justMu.Unlock()
-	if f.justReserved == nil {
-		f.justReserved = map[runNode]*corev1.Node{}
-	}
-	f.justReserved[runNode{run, n.Name}] = n
-}
-
-// takeReserved returns and forgets what keepReserved kept for run and
-// node; nil when nothing is kept.
-func (f *Fleet) takeReserved(run, node string) *corev1.Node {
-	f.justMu.Lock()
-	defer f.justMu.Unlock()
-	k := runNode{run, node}
-	n := f.justReserved[k]
-	delete(f.justReserved, k)
-	return n
 }
 
 var _ backend.Fleet = (*Fleet)(nil)
@@ -461,14 +431,8 @@ var _ backend.Pooler = (*Fleet)(nil)
 // ---- Snapshot ----
 
 // Snapshot implements backend.Fleet. A missing node is an error wrapping
-// ErrIneligible. The first snapshot of a node after this Fleet reserved
-// it for run (the admission's) is the node as the reservation write
-// returned it, milliseconds before; every other one is read from the API
-// server (the identity check at a run's end among them).
+// ErrIneligible.
 func (f *Fleet) Snapshot(ctx context.Context, cluster, run, node string) (*evidence.NodeSnapshot, error) {
-	if n := f.takeReserved(run, node); n != nil {
-		return snapshotOf(n, cluster, run), nil
-	}
 	n, err := f.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, ineligible(node, "no such node")

@@ -332,28 +332,6 @@ func testFleetSnapshot(t *testing.T, env *kubetest.Env) {
 	_, err = f.Snapshot(ctx, "c1", "run-1", "snap-none")
 	assert.ErrorIs(t, err, backend.ErrIneligible)
 	assert.ErrorContains(t, err, "node snap-none")
-
-	// The admission's snapshot after a reservation is the node as the
-	// reservation write returned it; the next one (the identity check at
-	// the run's end) is read again: a reboot in between is seen.
-	r := env.CreateNode(ctx, kubetest.NodeOptions{Name: "snap-reserved", GPUs: 8, BootID: "boot-admitted"})
-	require.NoError(t, f.Reserve(ctx, "run-2", []backend.Node{{Name: "snap-reserved", UID: string(r.UID)}}))
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := env.Client.CoreV1().Nodes().Get(ctx, "snap-reserved", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Status.NodeInfo.BootID = "boot-rebooted"
-		_, err = env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	}))
-	s, err = f.Snapshot(ctx, "c1", "run-2", "snap-reserved")
-	require.NoError(t, err)
-	assert.Equal(t, "boot-admitted", s.BootID, "the admission's snapshot is the node as reserved")
-	s, err = f.Snapshot(ctx, "c1", "run-2", "snap-reserved")
-	require.NoError(t, err)
-	assert.Equal(t, "boot-rebooted", s.BootID, "a second snapshot reused the reservation's node: a reboot during the run is missed")
-	require.NoError(t, f.Release(ctx, "run-2", backend.Node{Name: "snap-reserved", UID: string(r.UID)}))
 }
 
 func testFleetReserveRelease(t *testing.T, env *kubetest.Env) {

@@ -158,7 +158,6 @@ func (f *Fleet) reserveOne(ctx context.Context, run string, want backend.Node) (
 			return apiError(want.Name, "reserve", err)
 		}
 		f.wrote(updated)
-		f.keepReserved(run, updated)
 		did = true
 		return nil
 	})
@@ -243,7 +242,6 @@ var errNotReserved = errors.New("not reserved")
 // the node it ends as it was before the reservation, but for that
 // controller's taint until it lifts it.
 func (f *Fleet) restore(ctx context.Context, run string, want backend.Node) error {
-	f.takeReserved(run, want.Name)
 	nodes := f.client.CoreV1().Nodes()
 	first := true
 	err := retry.RetryOnConflict(conflictRetry, func() error {

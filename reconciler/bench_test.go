@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/internal/testing/gittest"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
@@ -105,6 +107,20 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		checks[i] = testenv.Check{Name: "c" + strconv.Itoa(i), Script: trivialCheck}
 	}
 	e.repo.AddProfile("bench", "", checks...)
+	cfg := e.config()
+	if v := os.Getenv("SIGNET_BENCH_LOCAL_RUNS"); v != "" {
+		// The evidence branch already holds N runs (evidencetest's
+		// synthetic branch, of another cluster and key: clusters share
+		// one branch), fetched into the remote before the reconciler
+		// starts.
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "SIGNET_BENCH_LOCAL_RUNS")
+		s, err := evidencetest.SynthesizeCached(b.Context(), n, 4)
+		require.NoError(b, err)
+		gittest.Git(b, e.repo.Dir, "fetch", "-q", s.Remote, evidence.DefaultBranch+":"+evidence.DefaultBranch)
+		cfg.Evidence.PinnedTip = gittest.Git(b, e.repo.Dir, "rev-parse", evidence.DefaultBranch)
+		b.ReportMetric(float64(s.Runs), "runs-before")
+	}
 	objects := []string{profileRef + "bench"}
 	for i := range b.N {
 		name := fmt.Sprintf("bench-%06d", i)
@@ -131,7 +147,7 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		}
 		last[ev.Run] = now
 	}
-	r := buildBenchWith(b, e, e.config(), reconciler.Options{Observer: observe})
+	r := buildBenchWith(b, e, cfg, reconciler.Options{Observer: observe})
 
 	b.ResetTimer()
 	for i := range b.N {

@@ -62,6 +62,7 @@ type auditOptions struct {
 	WriteCheckpoint string
 	CheckpointKey   string
 	Passphrase      passphraseOptions
+	Memory          memoryLimitOptions
 }
 
 // AddFlags registers the command's flags.
@@ -75,6 +76,7 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WriteCheckpoint, "write-checkpoint", "", "when the audit is clean, write a signed checkpoint of its end to this file (needs --checkpoint-key)")
 	fs.StringVar(&o.CheckpointKey, "checkpoint-key", "", "private key signing the checkpoint: a key of the trust policy's spec.auditors")
 	o.Passphrase.AddFlags(fs)
+	o.Memory.AddFlags(fs)
 	o.Output.AddFlags(fs)
 }
 
@@ -136,6 +138,9 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	}
 	policy, err := loadPolicy(o.Trust)
 	if err != nil {
+		return err
+	}
+	if err := o.Memory.apply(cmd.Flags()); err != nil {
 		return err
 	}
 	ctx := cmd.Context()

@@ -25,6 +25,7 @@ type reportOptions struct {
 	Expiring time.Duration
 	Grace    time.Duration
 	Timeout  time.Duration
+	Memory   memoryLimitOptions
 }
 
 // AddFlags registers the command's flags.
@@ -37,6 +38,7 @@ func (o *reportOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Expiring, "expiring-within", report.DefaultExpiring, "a certification ending within this long counts as expiring soon")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before the audit flags it")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	o.Memory.AddFlags(fs)
 }
 
 func newReportCmd() *cobra.Command {
@@ -83,6 +85,9 @@ func (o *reportOptions) run(cmd *cobra.Command) error {
 	}
 	policy, err := loadPolicy(o.Trust)
 	if err != nil {
+		return err
+	}
+	if err := o.Memory.apply(cmd.Flags()); err != nil {
 		return err
 	}
 	ctx := cmd.Context()

@@ -37,6 +37,17 @@ func withDefaults(branch *string, now *time.Time, grace *time.Duration) {
 // zero: enough for a reconciler restart to finish it.
 const DefaultGrace = 15 * time.Minute
 
+// DefaultMemoryLimit is the soft memory limit (runtime/debug.SetMemoryLimit)
+// signet audit and signet report set for their process unless told
+// otherwise. What an audit keeps grows with the branch (a few KB a run:
+// docs/performance.md), and without a limit the collector lets the heap
+// grow to twice what is live: at 10^5 runs that alone passes 1 GiB. With
+// it the collector runs more often as the heap nears the limit; past it
+// (a branch whose live state is larger) the runtime bounds the
+// collector's share of the CPU and the audit still finishes. The library
+// sets no limit itself: it is the process's to choose.
+const DefaultMemoryLimit = 768 << 20
+
 // Options says what to audit.
 type Options struct {
 	// Repo is a local Git repository (bare or not), or a remote URL

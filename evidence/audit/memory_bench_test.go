@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,8 +118,12 @@ func auditRSS(b *testing.B, runs int) uint64 {
 // SIGNET_AUDIT_RSS_RUNS set it audits that cached synthetic branch and
 // prints its own peak resident set (VmHWM of /proc/self/status); without
 // it, the same measurement over a small branch of 5 runs, so that the
-// path the benchmark relies on runs in every test run.
+// path the benchmark relies on runs in every test run. Like signet audit,
+// it sets audit.DefaultMemoryLimit unless GOMEMLIMIT is set.
 func TestAuditRSSHelper(t *testing.T) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(audit.DefaultMemoryLimit))
+	}
 	runs := 5
 	if v := os.Getenv("SIGNET_AUDIT_RSS_RUNS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -349,11 +349,12 @@ func (r *Reconciler) admit(ctx context.Context, p *pass, a *admission) (*runStat
 		adm.Bundle.Files = append(adm.Bundle.Files, evidence.FileRef{Path: f.Path, Digest: f.Digest})
 	}
 	var files []evidence.File
+	snaps, errs := backend.Snapshots(ctx, fleet, r.cfg.Cluster, run, nodes)
 	for i, node := range nodes {
-		snap, err := fleet.Snapshot(ctx, r.cfg.Cluster, run, node)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot of node %s: %w", node, err)
+		if errs[i] != nil {
+			return nil, fmt.Errorf("snapshot of node %s: %w", node, errs[i])
 		}
+		snap := snaps[i]
 		b, err := json.MarshalIndent(snap, "", "  ")
 		if err != nil {
 			return nil, err

@@ -28,12 +28,23 @@ func (r *Reconciler) holdIdentity(ctx context.Context, rs *runState, cr *CheckRu
 	if fleet == nil {
 		return
 	}
+	// The nodes now, read together (one request where the Fleet batches).
+	var nodes []string
+	for _, part := range cr.Participants {
+		nodes = append(nodes, part.Node)
+	}
+	now, readErrs := backend.Snapshots(ctx, fleet, r.cfg.Cluster, rs.id, nodes)
 	for j := range report.Participants {
 		p := &report.Participants[j]
 		var why string
-		for _, part := range cr.Participants {
-			if part.Node == p.Node {
-				why = r.identityChange(ctx, fleet, rs, part)
+		for i, part := range cr.Participants {
+			if part.Node != p.Node {
+				continue
+			}
+			if readErrs[i] != nil {
+				why = "node not readable: " + readErrs[i].Error()
+			} else {
+				why = r.identityChange(ctx, rs, part, now[i])
 			}
 		}
 		if why == "" {
@@ -51,9 +62,9 @@ func (r *Reconciler) holdIdentity(ctx context.Context, rs *runState, cr *CheckRu
 	}
 }
 
-// identityChange says how part's node now differs from its admission
-// snapshot; "" when it does not.
-func (r *Reconciler) identityChange(ctx context.Context, fleet backend.Fleet, rs *runState, part evidence.Participant) string {
+// identityChange says how part's node, now as read, differs from its
+// admission snapshot; "" when it does not.
+func (r *Reconciler) identityChange(ctx context.Context, rs *runState, part evidence.Participant, now *evidence.NodeSnapshot) string {
 	b, err := r.store.Read(ctx, part.Snapshot.Path)
 	if err != nil {
 		return fmt.Sprintf("admission snapshot %s not readable: %v", part.Snapshot.Path, err)
@@ -64,10 +75,6 @@ func (r *Reconciler) identityChange(ctx context.Context, fleet backend.Fleet, rs
 	var was evidence.NodeSnapshot
 	if err := signing.StrictUnmarshal(b, &was); err != nil {
 		return fmt.Sprintf("admission snapshot %s: %v", part.Snapshot.Path, err)
-	}
-	now, err := fleet.Snapshot(ctx, r.cfg.Cluster, rs.id, part.Node)
-	if err != nil {
-		return "node not readable: " + err.Error()
 	}
 	var diffs []string
 	for _, f := range evidence.IdentityChanges(was, *now) {

@@ -176,6 +176,29 @@ type Fleet interface {
 	SweepCertified(ctx context.Context, vouched Vouched) error
 }
 
+// SnapshotBatcher is implemented by a Fleet that reads several nodes'
+// identities in fewer requests than one Snapshot each (issue 19: API
+// requests per run). Snapshots answers for each node, in the order of
+// nodes, as fresh as Snapshot would: its identity, or (errs[i]) why it
+// has none, as Snapshot's error would say it.
+type SnapshotBatcher interface {
+	Snapshots(ctx context.Context, cluster, run string, nodes []string) (snaps []*evidence.NodeSnapshot, errs []error)
+}
+
+// Snapshots returns the identities of nodes for run in cluster, in order,
+// and for each node without one why: through fleet's SnapshotBatcher when
+// it has one, one Snapshot each otherwise.
+func Snapshots(ctx context.Context, fleet Fleet, cluster, run string, nodes []string) ([]*evidence.NodeSnapshot, []error) {
+	if b, ok := fleet.(SnapshotBatcher); ok {
+		return b.Snapshots(ctx, cluster, run, nodes)
+	}
+	snaps, errs := make([]*evidence.NodeSnapshot, len(nodes)), make([]error, len(nodes))
+	for i, node := range nodes {
+		snaps[i], errs[i] = fleet.Snapshot(ctx, cluster, run, node)
+	}
+	return snaps, errs
+}
+
 // Pooler is implemented by a Fleet that can serve standing
 // certifications: Pool lists the nodes of a pool, spec.nodes (those that
 // exist, in order) or the nodes matching spec.selector (by name), each

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -442,6 +443,39 @@ func (f *Fleet) Snapshot(ctx context.Context, cluster, run, node string) (*evide
 	}
 	return snapshotOf(n, cluster, run), nil
 }
+
+// Snapshots implements backend.SnapshotBatcher: the identities of nodes
+// for run in cluster, read live (a LIST without a resourceVersion is as
+// fresh as a GET) in one request, the nodes whose kubernetes.io/hostname
+// label names one of them (the kubelet sets it to the node's name). Only
+// a node whose name is the one asked counts: a node whose label names
+// another, or is missing or too long for a label value, is read by
+// Snapshot, one request each, so a label cannot stand in for a node; so
+// is every node when the LIST fails.
+func (f *Fleet) Snapshots(ctx context.Context, cluster, run string, nodes []string) ([]*evidence.NodeSnapshot, []error) {
+	byName := map[string]*corev1.Node{}
+	if len(nodes) > 1 {
+		if req, err := labels.NewRequirement(corev1.LabelHostname, selection.In, nodes); err == nil {
+			list, err := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
+			if err == nil {
+				for i := range list.Items {
+					byName[list.Items[i].Name] = &list.Items[i]
+				}
+			}
+		}
+	}
+	snaps, errs := make([]*evidence.NodeSnapshot, len(nodes)), make([]error, len(nodes))
+	for i, node := range nodes {
+		if n := byName[node]; n != nil {
+			snaps[i] = snapshotOf(n, cluster, run)
+			continue
+		}
+		snaps[i], errs[i] = f.Snapshot(ctx, cluster, run, node)
+	}
+	return snaps, errs
+}
+
+var _ backend.SnapshotBatcher = (*Fleet)(nil)
 
 // snapshotOf is node n's identity for run in cluster.
 func snapshotOf(n *corev1.Node, cluster, run string) *evidence.NodeSnapshot {

@@ -332,6 +332,32 @@ func testFleetSnapshot(t *testing.T, env *kubetest.Env) {
 	_, err = f.Snapshot(ctx, "c1", "run-1", "snap-none")
 	assert.ErrorIs(t, err, backend.ErrIneligible)
 	assert.ErrorContains(t, err, "node snap-none")
+
+	// Snapshots (issue 19: requests per run): the nodes read live in one
+	// LIST, each exactly as Snapshot reads it; a node that is missing
+	// answers for itself; a node whose hostname label names another node
+	// (snap-liar says it is snap-gone, which does not exist) never stands
+	// in for it.
+	env.CreateNode(ctx, kubetest.NodeOptions{Name: "snap-liar", GPUs: 8, Labels: map[string]string{"kubernetes.io/hostname": "snap-gone"}})
+	cs, _, reqs := countedClients(t, env)
+	counted := NewFleet(cs, FleetOptions{Cluster: testCluster})
+	names := []string{"snap-new", "snap-none", "snap-old", "snap-gone"}
+	snaps, errs := counted.Snapshots(ctx, "c1", "run-1", names)
+	require.Len(t, snaps, len(names))
+	require.Len(t, errs, len(names))
+	for i, name := range []string{"snap-new", "snap-old"} {
+		want, err := f.Snapshot(ctx, "c1", "run-1", name)
+		require.NoError(t, err)
+		assert.NoError(t, errs[2*i], name)
+		assert.Equal(t, want, snaps[2*i], "Snapshots must read %s as Snapshot does", name)
+	}
+	for _, i := range []int{1, 3} {
+		assert.ErrorIs(t, errs[i], backend.ErrIneligible, names[i])
+		assert.ErrorContains(t, errs[i], "node "+names[i])
+		assert.Nil(t, snaps[i], "a node whose hostname label names %s stood in for it", names[i])
+	}
+	got, total := reqs.snapshot()
+	assert.Equal(t, 3, total, "one LIST for the four nodes, one GET for each of the two it did not return: %s", got)
 }
 
 func testFleetReserveRelease(t *testing.T, env *kubetest.Env) {

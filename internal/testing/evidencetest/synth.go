@@ -177,13 +177,20 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 	// profile, as a real run does: one approval of every request would
 	// make each run's copy grow with the branch.
 	w.perRun = true
+	// The runs are spread over the days before now, synthRunsPerDay a
+	// day, the oldest first, as a fleet's history is: a day's shard of
+	// the branch holds that day's runs, not the whole branch's (with every
+	// run on one day, each append rewrites a shard tree that grows with
+	// the branch, and the writer's mirror, whose trees are stored whole,
+	// passed 15 GB before 50,000 runs).
+	start, spacing := time.Now().UTC(), 24*time.Hour/synthRunsPerDay
 	for i := range runs {
 		doc := fmt.Sprintf("apiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: run-%06d\nspec:\n  profile: synthetic\n  nodes: [localhost]\n", i)
 		objs, findings := specs.ParseDocuments("request.yaml", []byte(doc))
 		if len(findings) > 0 || len(objs) != 1 {
 			return nil, fmt.Errorf("specs: %v", findings)
 		}
-		if err := w.run(ctx, objs[0], false); err != nil {
+		if err := w.runAt(ctx, objs[0], Run{}, start.Add(-time.Duration(runs-1-i)*spacing), nil); err != nil {
 			return nil, err
 		}
 		// Every append leaves a pack on the remote; past some 10^5 of
@@ -196,6 +203,10 @@ func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver
 	}
 	return &Synthetic{Remote: filepath.Join(dir, "remote.git"), Policy: w.policy, Reconciler: key, Runs: int(w.seq), Documents: w.docs}, nil
 }
+
+// synthRunsPerDay is how many runs of a synthetic branch are dated each
+// day.
+const synthRunsPerDay = 1000
 
 // synthRepackEvery is how many runs Synthesize appends between
 // repacks of its remote.
@@ -310,15 +321,6 @@ func ref(f evidence.File) evidence.FileRef {
 	return evidence.FileRef{Path: f.Path, Digest: specs.DigestOf(f.Data)}
 }
 
-// run writes request req's run to its receipt: admission (with the node
-// snapshot, the approval copy and the index entry), then per check its
-// intent and its evidence (with a log), a cancel when canceled (after the
-// first check), the run evidence (Summarize of the checks), and the
-// receipt with its chain link.
-func (w *writer) run(ctx context.Context, req *specs.Object, canceled bool) error {
-	return w.runAt(ctx, req, Run{Canceled: canceled}, time.Now().UTC(), nil)
-}
-
 // uid is the node's UID in the run the writer writes: cur, or a new one
 // after every receipt.
 func (w *writer) uid() string {
@@ -387,8 +389,12 @@ func (w *writer) fire(ctx context.Context, run string, now time.Time, reason evi
 	return &r, nil
 }
 
-// runAt is run at now; firing, when set, is the run's firing record, which
-// the admission names (the index entry landed with it).
+// runAt writes request req's run, dated now, to its receipt: admission
+// (with the node snapshot, the approval copy and, unless firing names the
+// run's firing record, whose index entry landed with it, the index
+// entry), then per check its intent and its evidence (with a log), a
+// cancel when r.Canceled (after the first check), the run evidence
+// (Summarize of the checks), and the receipt with its chain link.
 func (w *writer) runAt(ctx context.Context, req *specs.Object, r Run, now time.Time, firing *evidence.FileRef) error {
 	run, prof, canceled := req.Name, w.prof.Profile, r.Canceled
 	dir := evidence.RunDir(w.cluster, run, now)

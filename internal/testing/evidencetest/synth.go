@@ -163,12 +163,18 @@ type Synthetic struct {
 // 2*checks+4 signed documents each) to a new bare repository under dir,
 // signed by key, approved by approver.
 func Synthesize(ctx context.Context, dir string, runs, checks int, key, approver *signing.PrivateKey) (*Synthetic, error) {
+	return synthesize(ctx, dir, filepath.Join(dir, "state"), runs, checks, key, approver)
+}
+
+// synthesize is Synthesize with the writer's state directory (its mirror
+// of the branch) at stateDir.
+func synthesize(ctx context.Context, dir, stateDir string, runs, checks int, key, approver *signing.PrivateKey) (*Synthetic, error) {
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "apiVersion: signet.dev/v1alpha1\nkind: CertificationProfile\nmetadata:\n  name: synthetic\nspec:\n  bundle:\n    path: bundles/synthetic\n    digest: %s\n  participants:\n    min: 1\n    max: 1\n  checks:\n", synthBundleDigest())
 	for i := range checks {
 		fmt.Fprintf(&yaml, "  - name: check-%d\n    script: ok.sh\n    backend: local\n    deadline: 60s\n", i)
 	}
-	w, err := newWriter(ctx, filepath.Join(dir, "remote.git"), filepath.Join(dir, "state"), "synthetic", "node-1", yaml.String(), key, approver)
+	w, err := newWriter(ctx, filepath.Join(dir, "remote.git"), stateDir, "synthetic", "node-1", yaml.String(), key, approver)
 	if err != nil {
 		return nil, err
 	}

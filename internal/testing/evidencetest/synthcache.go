@@ -33,7 +33,7 @@ type synthMeta struct {
 // a digest of the generator's sources and the sizes) and reused by later
 // calls: a benchmark at 10^4 runs pays for the branch once. The branch
 // is written where fsync costs nothing when the machine has one
-// (/dev/shm), then cloned (one pack) into the cache, which appears
+// (/dev/shm; the writer's own mirror on disk), then cloned (one pack) into the cache, which appears
 // whole (a temporary directory renamed in) or not at all. The returned
 // Remote is shared: clone it before moving its branch. Remove the
 // directory to write it again.
@@ -61,7 +61,15 @@ func SynthesizeCached(ctx context.Context, runs, checks int) (*Synthetic, error)
 	if err != nil {
 		return nil, err
 	}
-	s, err := Synthesize(ctx, work, runs, checks, key, approver)
+	// The writer's mirror stores the trees it writes whole (about 190 KB
+	// a run here, most of it the receipt chain's directories of 10^4
+	// links): at 10^5 runs more than memory holds, so it is on disk.
+	state, err := os.MkdirTemp(os.TempDir(), "signet-synth-state-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(state)
+	s, err := synthesize(ctx, work, state, runs, checks, key, approver)
 	if err != nil {
 		return nil, err
 	}

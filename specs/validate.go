@@ -53,6 +53,15 @@ func (f Finding) String() string {
 // scripts fit one ConfigMap (DESIGN §2).
 const MaxConfigMapBundleSize = 1 << 20
 
+// MaxQueuedPodParticipants is the most participants a pod check sent
+// through a Kueue queue (workload.queue) may have: Kueue groups a pod
+// group's pods into pod sets by their scheduling shape, each participant's
+// pod is pinned to its own node and so is its own pod set, and a Kueue
+// Workload holds at most 8 pod sets (docs/decisions.md). A larger group is
+// refused by Kueue's validation and would wait for capacity until its
+// deadline; signet refuses the profile instead.
+const MaxQueuedPodParticipants = 8
+
 // BundleInfo is a profile's bundle as found in the repository: its path,
 // the digest its bytes actually have (which may differ from the pin), its
 // files in digest order and their total size.
@@ -193,6 +202,9 @@ func validateProfile(o *Object, bundle *BundleInfo) []Finding {
 			r.addf(f+".workload", "is required for a %s check (at least the image, pinned by digest)", c.Backend)
 		case c.Workload != nil:
 			validateWorkload(r, f+".workload", c.Workload)
+		}
+		if c.Backend == BackendPod && c.Workload != nil && c.Workload.Queue != "" && pa.Max > MaxQueuedPodParticipants {
+			r.addf(f+".workload.queue", "a pod check through a Kueue queue has at most %d participants (each participant's pod is pinned to its node, so each is its own Kueue pod set, and a Workload holds at most %d); spec.participants.max is %d", MaxQueuedPodParticipants, MaxQueuedPodParticipants, pa.Max)
 		}
 	}
 	if local > 0 && remote > 0 {

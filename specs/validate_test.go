@@ -162,6 +162,8 @@ func TestRules(t *testing.T) {
 			Finding{File: gpuFile, Document: 0, Field: "spec.checks[0].workload.hostPaths[0].mountPath", Message: `"/dev/ib/" is not a clean absolute path`}},
 		{"topology level without queue", []edit{{file: gpuFile, old: "        queue: gpu-queue\n", new: ""}},
 			Finding{File: gpuFile, Document: 0, Field: "spec.checks[0].workload.requiredTopologyLevel", Message: "needs a queue"}},
+		{"pod check through a queue with more than 8 participants", []edit{{file: gpuFile, old: "max: 8", new: "max: 9"}},
+			Finding{File: gpuFile, Document: 0, Field: "spec.checks[0].workload.queue", Message: "a pod check through a Kueue queue has at most 8 participants (each participant's pod is pinned to its node, so each is its own Kueue pod set, and a Workload holds at most 8); spec.participants.max is 9"}},
 		{"queue not a name", []edit{{file: gpuFile, old: "queue: gpu-queue", new: "queue: GPU_queue"}},
 			Finding{File: gpuFile, Document: 0, Field: "spec.checks[0].workload.queue", Message: "not a Kueue LocalQueue name"}},
 		{"pod bundle too large for a ConfigMap", []edit{{file: "bundles/gpu/blob.bin", new: strings.Repeat("x", MaxConfigMapBundleSize), beforeDigest: true}},

@@ -2,6 +2,7 @@ package gitobj
 
 import (
 	"bufio"
+	"bytes"
 	"compress/zlib"
 	"crypto/sha1"
 	"encoding/binary"
@@ -123,7 +124,22 @@ func (p *packWriter) add(t plumbing.ObjectType, size int64, r io.Reader) (int64,
 	off := p.off
 	if p.err == nil {
 		p.crc.Reset()
-		p.err = p.write(t, size, r)
+		p.err = p.write(t, size, 0, r)
+	}
+	return off, p.crc.Sum32(), p.err
+}
+
+// ofsDelta writes delta as an OFS_DELTA entry whose base is the entry this
+// writer wrote at baseOff, and returns the entry's offset and CRC-32.
+func (p *packWriter) ofsDelta(baseOff int64, delta []byte) (int64, uint32, error) {
+	off := p.off
+	if p.err == nil {
+		if baseOff < 12 || baseOff >= off {
+			p.err = fmt.Errorf("delta base at offset %d is not before the entry at %d", baseOff, off)
+		} else {
+			p.crc.Reset()
+			p.err = p.write(plumbing.OFSDeltaObject, int64(len(delta)), off-baseOff, bytes.NewReader(delta))
+		}
 	}
 	return off, p.crc.Sum32(), p.err
 }
@@ -139,7 +155,10 @@ func (p *packWriter) raw(entry []byte) (int64, uint32, error) {
 	return off, p.crc.Sum32(), p.err
 }
 
-func (p *packWriter) write(t plumbing.ObjectType, size int64, r io.Reader) error {
+// write writes an entry of type t whose content (the object, or a delta)
+// is size bytes read from r; rel is an OFS_DELTA's distance back to its
+// base (0 for a whole object).
+func (p *packWriter) write(t plumbing.ObjectType, size, rel int64, r io.Reader) error {
 	// Type and size: 3 bits of type and 4 of size in the first byte, then
 	// 7 bits of size a byte, low bits first.
 	p.buf = p.buf[:0]
@@ -152,6 +171,19 @@ func (p *packWriter) write(t plumbing.ObjectType, size int64, r io.Reader) error
 		u >>= 7
 	}
 	p.buf = append(p.buf, c)
+	if t == plumbing.OFSDeltaObject {
+		// The distance back to the base, high bits first, 7 a byte, each
+		// continued byte's value one less (git's offset encoding).
+		var b [10]byte
+		i := len(b) - 1
+		b[i] = byte(rel & 0x7f)
+		for rel >>= 7; rel > 0; rel >>= 7 {
+			rel--
+			i--
+			b[i] = 0x80 | byte(rel&0x7f)
+		}
+		p.buf = append(p.buf, b[i:]...)
+	}
 	if _, err := p.Write(p.buf); err != nil {
 		return err
 	}

@@ -100,30 +100,25 @@ func (d *Dir) Consolidate(maxObjects int, swap func(remove func() error) error) 
 
 // mergePacks writes the objects of packs as one new pack with its index,
 // syncs both, then, inside swap (see Consolidate), removes packs. Whole
-// objects are copied as they are stored, their CRC-32 checked against the
-// old index; deltas (what a fetch brings) are resolved, their hash checked, and written whole. The index
-// is written from the offsets and CRCs known here, not by parsing the new
-// pack again.
+// commits, blobs and tags are copied as they are stored, their CRC-32
+// checked against the old index; deltas (what a fetch brings) are
+// resolved, their hash checked. Trees are written last, as deltas where
+// that pays (see writeTrees). The index is written from the offsets and
+// CRCs known here, not by parsing the new pack again.
 func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) error) error {
-	type entry struct {
-		p        *mappedPack
-		off, end int64
-		crc      uint32
-		h        plumbing.Hash
-	}
-	var objs []entry
+	var objs []packObject
 	seen := map[plumbing.Hash]bool{}
 	for _, p := range packs {
-		es := make([]entry, 0, p.count())
+		es := make([]packObject, 0, p.count())
 		for i := range p.count() {
 			h, off, crc, ok := p.idx.entry(i)
 			if !ok {
 				return fmt.Errorf("pack %s: object %s has no valid offset", p.name, h)
 			}
-			es = append(es, entry{p: p, off: off, crc: crc, h: h})
+			es = append(es, packObject{p: p, off: off, crc: crc, h: h})
 		}
 		// An entry ends where the next one (by offset) begins.
-		slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.off, b.off) })
+		slices.SortFunc(es, func(a, b packObject) int { return cmp.Compare(a.off, b.off) })
 		for i := range es {
 			es[i].end = int64(len(p.data)) - 20
 			if i+1 < len(es) {
@@ -138,7 +133,8 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 
 	dir := filepath.Join(d.dir, "pack")
 	name, err := writeIndexedPack(dir, len(objs), func(pw *packWriter, add func(plumbing.Hash, uint64, uint32)) error {
-		for _, o := range objs {
+		var trees []treeObject
+		for i, o := range objs {
 			if o.off < 12 || o.end <= o.off || o.end > int64(len(o.p.data))-20 {
 				return fmt.Errorf("pack %s: object %s at offset %d is outside the pack", o.p.name, o.h, o.off)
 			}
@@ -149,9 +145,13 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 				err error
 			)
 			switch t := plumbing.ObjectType((raw[0] >> 4) & 7); t {
-			case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+			case plumbing.CommitObject, plumbing.BlobObject, plumbing.TagObject, plumbing.TreeObject:
 				if crc32.ChecksumIEEE(raw) != o.crc {
 					return fmt.Errorf("pack %s: object %s does not match the CRC-32 of its index", o.p.name, o.h)
+				}
+				if t == plumbing.TreeObject {
+					trees = append(trees, treeObject{packObject: o, pos: i})
+					continue
 				}
 				off, crc, err = pw.raw(raw)
 			default:
@@ -159,6 +159,10 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 				t, data, err = d.packed(o.p, o.off, 0, 0)
 				if err == nil && HashObject(t, data) != o.h {
 					err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
+				}
+				if err == nil && t == plumbing.TreeObject {
+					trees = append(trees, treeObject{packObject: o, pos: i})
+					continue
 				}
 				if err == nil {
 					off, crc, err = pw.add(t, int64(len(data)), bytes.NewReader(data))
@@ -169,7 +173,7 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 			}
 			add(o.h, uint64(off), crc)
 		}
-		return nil
+		return d.writeTrees(pw, trees, add)
 	}, nil)
 	if err != nil {
 		return err

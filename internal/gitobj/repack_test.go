@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -177,4 +178,92 @@ func TestPackRefusesAnObjectTwice(t *testing.T) {
 	packs, err := filepath.Glob(filepath.Join(repo, "objects", "pack", "*.pack"))
 	require.NoError(t, err)
 	require.Empty(t, packs, "a pack holding an object twice was written")
+}
+
+// TestMergePacksWritesTreeVersionsAsDeltas merges the packs of 200
+// appends, each adding a link to one chain shard and a run to one day
+// (the two directories every append rewrites whole): the merged pack
+// holds every object (git's count, types and sizes agree; fsck and
+// index-pack --verify pass), the versions of those directories are deltas
+// against newer ones with chains no longer than git's default depth, the
+// newest version of each is whole (what the next append reads), the pack
+// is a fraction of the whole versions, and every version reads back.
+func TestMergePacksWritesTreeVersionsAsDeltas(t *testing.T) {
+	repo, d := bareRepo(t)
+	sign := testSign(t)
+	const appends = 200
+	var commits []plumbing.Hash
+	parent := plumbing.ZeroHash
+	for i := range appends {
+		_, c, err := commitPack(t, repo, d, sign, parent, map[string]string{
+			fmt.Sprintf("chain/c/0/%06d.json", i):                   fmt.Sprintf("link %d\n", i),
+			fmt.Sprintf("runs/2026-12-03/run-%06d/receipt.json", i): fmt.Sprintf("receipt %d\n", i),
+		})
+		require.NoError(t, err)
+		commits = append(commits, c)
+		parent = c
+	}
+	before := allObjects(t, repo)
+	packs, err := filepath.Glob(filepath.Join(repo, "objects", "pack", "pack-*.pack"))
+	require.NoError(t, err)
+	require.Len(t, packs, appends)
+	wholeBytes := int64(0)
+	for _, p := range packs {
+		fi, err := os.Stat(p)
+		require.NoError(t, err)
+		wholeBytes += fi.Size()
+	}
+
+	require.NoError(t, d.rescan())
+	require.NoError(t, d.mergePacks(d.packList(), removeNow))
+	after, err := filepath.Glob(filepath.Join(repo, "objects", "pack", "pack-*.pack"))
+	require.NoError(t, err)
+	require.Len(t, after, 1)
+	require.Equal(t, before, allObjects(t, repo), "every object must survive a merge with its type and size")
+	gittest.Git(t, repo, "fsck", "--strict", "--full", "--no-dangling")
+	gittest.Git(t, repo, "index-pack", "--verify", after[0])
+
+	// git verify-pack -v: "name type size size-in-pack offset" for a whole
+	// object, then "depth base" for a delta; "chain length = N: M objects".
+	verify := gittest.Git(t, repo, "verify-pack", "-v", strings.TrimSuffix(after[0], ".pack")+".idx")
+	deltas, longest := 0, 0
+	stored := map[string]int{} // object name -> its fields on its line
+	for _, line := range strings.Split(verify, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && len(f[0]) == 40 {
+			stored[f[0]] = len(f)
+			if len(f) == 7 {
+				deltas++
+			}
+		}
+		if rest, ok := strings.CutPrefix(line, "chain length = "); ok {
+			n, err := strconv.Atoi(strings.SplitN(rest, ":", 2)[0])
+			require.NoError(t, err)
+			longest = max(longest, n)
+		}
+	}
+	t.Logf("%d deltas, longest chain %d; pack %d bytes against %d in the appends' packs", deltas, longest, fileSize(t, after[0]), wholeBytes)
+	require.GreaterOrEqual(t, deltas, 2*(appends-appends/maxWriteDeltaDepth)-4, "the versions of the chain shard and the day's directory must be deltas")
+	require.LessOrEqual(t, longest, maxWriteDeltaDepth, "a delta chain may not be longer than git's default depth")
+	tip := commits[len(commits)-1].String()
+	for _, dir := range []string{"chain/c/0", "runs/2026-12-03"} {
+		h := gittest.Git(t, repo, "rev-parse", tip+":"+dir)
+		require.Equal(t, 5, stored[h], "the newest %s (%s) must be stored whole: the next append reads it", dir, h)
+	}
+	require.Less(t, fileSize(t, after[0]), wholeBytes/4, "the merged pack must not hold every version of a growing directory whole")
+
+	for _, c := range commits {
+		for _, dir := range []string{"chain/c/0", "runs/2026-12-03"} {
+			h := plumbing.NewHash(gittest.Git(t, repo, "rev-parse", c.String()+":"+dir))
+			got, err := d.Object(plumbing.TreeObject, h, 0)
+			require.NoError(t, err)
+			require.Equal(t, h, HashObject(plumbing.TreeObject, got), "tree %s of %s read back", dir, c)
+		}
+	}
+}
+
+func fileSize(t *testing.T, name string) int64 {
+	fi, err := os.Stat(name)
+	require.NoError(t, err)
+	return fi.Size()
 }

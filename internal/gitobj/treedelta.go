@@ -1,0 +1,127 @@
+package gitobj
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"hash/maphash"
+	"slices"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+)
+
+// Every append rewrites the trees on the paths to its new files, and the
+// largest of them grow with the branch: a receipt chain's shard directory
+// holds up to 10^4 links and a day's runs directory its day's runs, each
+// rewritten whole by the next run. Stored whole (as a flush writes them,
+// at zlib level 0 so that an append does not deflate a growing tree), the
+// versions of those directories were most of the mirror: about 200–300 KB
+// a run, some 20–30 GB at 10^5 runs. Consolidation therefore writes each
+// version of such a tree as a delta against the next larger version of
+// the same directory, as `git repack` does, so a version costs about the
+// entry it lacks.
+//
+// A pack does not record the path of a tree, so versions of one
+// directory are recognised by their first entry (mode, name and object):
+// a shard's first link and a day's first run never change once written.
+// Within one first entry trees go largest first, newest first among equal
+// sizes, so the version an append reads next (the newest) stays whole and
+// older ones are deltas against newer ones.
+
+// maxWriteDeltaDepth bounds the delta chains consolidation writes: git's
+// default pack.depth.
+const maxWriteDeltaDepth = 50
+
+// packObject is an entry of a pack being merged.
+type packObject struct {
+	p        *mappedPack
+	off, end int64
+	crc      uint32
+	h        plumbing.Hash
+}
+
+// treeObject is a tree of a merge, with what orders it among the others.
+type treeObject struct {
+	packObject
+	pos  int    // its place among the merge's objects (later is newer)
+	key  uint64 // of its first entry: versions of one directory share it
+	size int
+}
+
+// treeKeySeed seeds the first-entry keys; a key only groups trees within
+// one merge.
+var treeKeySeed = maphash.MakeSeed()
+
+// firstEntry returns the first entry of an encoded tree (mode, name, NUL
+// and the 20-byte object name), or the whole tree when it has none.
+func firstEntry(tree []byte) []byte {
+	if i := bytes.IndexByte(tree, 0); i >= 0 && i+21 <= len(tree) {
+		return tree[:i+21]
+	}
+	return tree
+}
+
+// writeTrees writes trees to pw, ordered by first entry, then largest and
+// newest first, each as an OFS_DELTA against the tree written just before
+// it when both share a first entry, the chain is shorter than
+// maxWriteDeltaDepth and the delta is under half the tree; otherwise
+// whole (zlib level 0, as a flush writes trees). A delta is applied back
+// and compared before it is written.
+func (d *Dir) writeTrees(pw *packWriter, trees []treeObject, add func(plumbing.Hash, uint64, uint32)) error {
+	for i := range trees {
+		_, data, err := d.packed(trees[i].p, trees[i].off, 0, 0)
+		if err != nil {
+			return err
+		}
+		trees[i].key = maphash.Bytes(treeKeySeed, firstEntry(data))
+		trees[i].size = len(data)
+	}
+	slices.SortFunc(trees, func(a, b treeObject) int {
+		if c := cmp.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.size, a.size); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.pos, a.pos)
+	})
+	var (
+		prev      []byte
+		prevOff   int64
+		prevKey   uint64
+		prevDepth int
+	)
+	for i, t := range trees {
+		_, data, err := d.packed(t.p, t.off, 0, 0)
+		if err != nil {
+			return err
+		}
+		var (
+			off   int64
+			crc   uint32
+			depth int
+			delta []byte
+		)
+		if i > 0 && t.key == prevKey && prevDepth < maxWriteDeltaDepth {
+			delta = packfile.DiffDelta(prev, data)
+			if len(delta) >= len(data)/2 {
+				delta = nil
+			} else if back, err := packfile.PatchDelta(prev, delta); err != nil || !bytes.Equal(back, data) {
+				return fmt.Errorf("pack %s: tree %s: the delta written for it does not give it back", t.p.name, t.h)
+			}
+		}
+		if delta != nil {
+			off, crc, err = pw.ofsDelta(prevOff, delta)
+			depth = prevDepth + 1
+		} else {
+			off, crc, err = pw.add(plumbing.TreeObject, int64(len(data)), bytes.NewReader(data))
+		}
+		if err != nil {
+			return err
+		}
+		add(t.h, uint64(off), crc)
+		prev, prevOff, prevKey, prevDepth = data, off, t.key, depth
+	}
+	return nil
+}

@@ -106,14 +106,7 @@ func TestMergePacksResolvesDeltas(t *testing.T) {
 	}
 	require.Positive(t, deltas, "git's packs must hold deltas for this test to mean anything")
 
-	require.NoError(t, d.rescan())
-	require.NoError(t, d.mergePacks(d.packList(), removeNow))
-	after, err := filepath.Glob(filepath.Join(gitDir, "objects", "pack", "pack-*.pack"))
-	require.NoError(t, err)
-	require.Len(t, after, 1)
-	require.Equal(t, before, allObjects(t, dir), "every object must survive a merge with its type and size")
-	gittest.Git(t, dir, "fsck", "--strict", "--full", "--no-dangling")
-	gittest.Git(t, dir, "index-pack", "--verify", after[0])
+	mergeAll(t, d, gitDir, dir, before)
 	for _, p := range packs {
 		_, err := os.Stat(p)
 		require.ErrorIs(t, err, os.ErrNotExist, "a merged pack must be removed")
@@ -214,18 +207,11 @@ func TestMergePacksWritesTreeVersionsAsDeltas(t *testing.T) {
 		wholeBytes += fi.Size()
 	}
 
-	require.NoError(t, d.rescan())
-	require.NoError(t, d.mergePacks(d.packList(), removeNow))
-	after, err := filepath.Glob(filepath.Join(repo, "objects", "pack", "pack-*.pack"))
-	require.NoError(t, err)
-	require.Len(t, after, 1)
-	require.Equal(t, before, allObjects(t, repo), "every object must survive a merge with its type and size")
-	gittest.Git(t, repo, "fsck", "--strict", "--full", "--no-dangling")
-	gittest.Git(t, repo, "index-pack", "--verify", after[0])
+	merged := mergeAll(t, d, repo, repo, before)
 
 	// git verify-pack -v: "name type size size-in-pack offset" for a whole
 	// object, then "depth base" for a delta; "chain length = N: M objects".
-	verify := gittest.Git(t, repo, "verify-pack", "-v", strings.TrimSuffix(after[0], ".pack")+".idx")
+	verify := gittest.Git(t, repo, "verify-pack", "-v", strings.TrimSuffix(merged, ".pack")+".idx")
 	deltas, longest := 0, 0
 	stored := map[string]int{} // object name -> its fields on its line
 	for _, line := range strings.Split(verify, "\n") {
@@ -242,7 +228,7 @@ func TestMergePacksWritesTreeVersionsAsDeltas(t *testing.T) {
 			longest = max(longest, n)
 		}
 	}
-	t.Logf("%d deltas, longest chain %d; pack %d bytes against %d in the appends' packs", deltas, longest, fileSize(t, after[0]), wholeBytes)
+	t.Logf("%d deltas, longest chain %d; pack %d bytes against %d in the appends' packs", deltas, longest, fileSize(t, merged), wholeBytes)
 	require.GreaterOrEqual(t, deltas, 2*(appends-appends/maxWriteDeltaDepth)-4, "the versions of the chain shard and the day's directory must be deltas")
 	require.LessOrEqual(t, longest, maxWriteDeltaDepth, "a delta chain may not be longer than git's default depth")
 	tip := commits[len(commits)-1].String()
@@ -250,7 +236,7 @@ func TestMergePacksWritesTreeVersionsAsDeltas(t *testing.T) {
 		h := gittest.Git(t, repo, "rev-parse", tip+":"+dir)
 		require.Equal(t, 5, stored[h], "the newest %s (%s) must be stored whole: the next append reads it", dir, h)
 	}
-	require.Less(t, fileSize(t, after[0]), wholeBytes/4, "the merged pack must not hold every version of a growing directory whole")
+	require.Less(t, fileSize(t, merged), wholeBytes/4, "the merged pack must not hold every version of a growing directory whole")
 
 	for _, c := range commits {
 		for _, dir := range []string{"chain/c/0", "runs/2026-12-03"} {
@@ -266,4 +252,21 @@ func fileSize(t *testing.T, name string) int64 {
 	fi, err := os.Stat(name)
 	require.NoError(t, err)
 	return fi.Size()
+}
+
+// mergeAll merges every pack of d (the objects of gitDir, the repository
+// git runs in at dir) into one and checks it with stock git: every object
+// of before is still there with its type and size, fsck --strict and
+// index-pack --verify pass. It returns the merged pack's path.
+func mergeAll(t *testing.T, d *Dir, gitDir, dir string, before []string) string {
+	t.Helper()
+	require.NoError(t, d.rescan())
+	require.NoError(t, d.mergePacks(d.packList(), removeNow))
+	after, err := filepath.Glob(filepath.Join(gitDir, "objects", "pack", "pack-*.pack"))
+	require.NoError(t, err)
+	require.Len(t, after, 1)
+	require.Equal(t, before, allObjects(t, dir), "every object must survive a merge with its type and size")
+	gittest.Git(t, dir, "fsck", "--strict", "--full", "--no-dangling")
+	gittest.Git(t, dir, "index-pack", "--verify", after[0])
+	return after[0]
 }

@@ -1,7 +1,10 @@
 package audit
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -13,14 +16,24 @@ import (
 // checkIndex: every run has an index entry pointing at its directory, and
 // every index entry points at a run directory.
 func (a *auditor) checkIndex(runs map[string]*runAudit) {
-	byRun := map[string]*runAudit{}
+	// Runs in the order their first document landed (then by directory),
+	// so that of two directories with one run ID the later is the
+	// finding and names the earlier, whatever the map's order.
+	var ordered []*runAudit
 	for _, r := range runs {
-		if !r.admitted && !r.fired {
-			continue
+		if r.admitted || r.fired {
+			ordered = append(ordered, r)
 		}
+	}
+	slices.SortFunc(ordered, func(x, y *runAudit) int {
+		return cmp.Or(cmp.Compare(firstLanded(x), firstLanded(y)), cmp.Compare(x.dir, y.dir))
+	})
+	byRun := map[string]*runAudit{}
+	for _, r := range ordered {
 		key := r.cluster + "/" + r.id
 		if o := byRun[key]; o != nil {
 			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: r.dir, Message: fmt.Sprintf("run ID used twice in cluster %s: also %s", r.cluster, o.dir)})
+			continue
 		}
 		byRun[key] = r
 	}
@@ -141,6 +154,15 @@ func runDirOf(p string) string {
 		return rp.Dir()
 	}
 	return p
+}
+
+// firstLanded is the first-parent index of the commit where r's first
+// document (firing or admission) landed; runs without one sort last.
+func firstLanded(r *runAudit) int {
+	if f := r.firstFile(); f != nil && f.landed != nil {
+		return f.landed.index
+	}
+	return math.MaxInt
 }
 
 // firstFile is the run's first document: its firing record, or its

@@ -3,7 +3,6 @@ package gitobj
 import (
 	"bytes"
 	"cmp"
-	"fmt"
 	"hash/maphash"
 	"slices"
 
@@ -67,7 +66,8 @@ func firstEntry(tree []byte) []byte {
 // it when both share a first entry, the chain is shorter than
 // maxWriteDeltaDepth and the delta is under half the tree; otherwise
 // whole (zlib level 0, as a flush writes trees). A delta is applied back
-// and compared before it is written.
+// and compared before it is written; one that does not give the tree back
+// is not written (the tree goes whole).
 func (d *Dir) writeTrees(pw *packWriter, trees []treeObject, add func(plumbing.Hash, uint64, uint32)) error {
 	for i := range trees {
 		_, data, err := d.packed(trees[i].p, trees[i].off, 0, 0)
@@ -103,12 +103,12 @@ func (d *Dir) writeTrees(pw *packWriter, trees []treeObject, add func(plumbing.H
 			depth int
 			delta []byte
 		)
-		if i > 0 && t.key == prevKey && prevDepth < maxWriteDeltaDepth {
-			delta = packfile.DiffDelta(prev, data)
+		if i > 0 && t.key == prevKey && prevDepth < maxWriteDeltaDepth && len(prev) > 0 && len(data) > 0 {
+			delta = treeDelta(prev, data)
 			if len(delta) >= len(data)/2 {
 				delta = nil
 			} else if back, err := packfile.PatchDelta(prev, delta); err != nil || !bytes.Equal(back, data) {
-				return fmt.Errorf("pack %s: tree %s: the delta written for it does not give it back", t.p.name, t.h)
+				delta = nil // never written: the tree goes whole
 			}
 		}
 		if delta != nil {
@@ -124,4 +124,97 @@ func (d *Dir) writeTrees(pw *packWriter, trees []treeObject, add func(plumbing.H
 		prev, prevOff, prevKey, prevDepth = data, off, t.key, depth
 	}
 	return nil
+}
+
+// treeDelta returns a git delta that makes tgt from src. Two versions of
+// one directory differ by the entries a few appends added or changed, so
+// the delta is first tried as what they share at both ends (one copy of
+// the common prefix, the differing middle inserted, one copy of the
+// common suffix): a comparison at memory speed, where a general delta
+// (packfile.DiffDelta) indexes all of src first, about 2 ms for a shard
+// of 10^4 links. When the ends cover less than half of tgt, the general
+// delta is used.
+func treeDelta(src, tgt []byte) []byte {
+	p := commonPrefix(src, tgt)
+	s := commonSuffix(src[p:], tgt[p:])
+	if 2*(p+s) < len(tgt) {
+		return packfile.DiffDelta(src, tgt)
+	}
+	d := appendDeltaSize(nil, len(src))
+	d = appendDeltaSize(d, len(tgt))
+	d = appendDeltaCopy(d, 0, p)
+	for mid := tgt[p : len(tgt)-s]; len(mid) > 0; {
+		n := min(len(mid), 0x7f)
+		d = append(d, byte(n))
+		d = append(d, mid[:n]...)
+		mid = mid[n:]
+	}
+	return appendDeltaCopy(d, len(src)-s, s)
+}
+
+// commonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for ; i+4096 <= n && bytes.Equal(a[i:i+4096], b[i:i+4096]); i += 4096 {
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix is the length of the longest common suffix of a and b.
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for ; i+4096 <= n && bytes.Equal(a[len(a)-i-4096:len(a)-i], b[len(b)-i-4096:len(b)-i]); i += 4096 {
+	}
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
+}
+
+// appendDeltaSize appends a delta header's size: 7 bits a byte, low bits
+// first.
+func appendDeltaSize(d []byte, n int) []byte {
+	for n >= 0x80 {
+		d = append(d, byte(n)|0x80)
+		n >>= 7
+	}
+	return append(d, byte(n))
+}
+
+// appendDeltaCopy appends copy instructions for n bytes of the source at
+// off, at most 64 KiB each (as git writes them): the instruction byte
+// flags which of the offset's four and the size's two bytes follow.
+func appendDeltaCopy(d []byte, off, n int) []byte {
+	for n > 0 {
+		size := min(n, 0x10000)
+		op, args := byte(0x80), [6]byte{}
+		k := 0
+		for i := range 4 {
+			if b := byte(off >> (8 * i)); b != 0 {
+				op |= 1 << i
+				args[k] = b
+				k++
+			}
+		}
+		if size != 0x10000 { // a size of zero bytes means 64 KiB
+			for i := range 2 {
+				if b := byte(size >> (8 * i)); b != 0 {
+					op |= 0x10 << i
+					args[k] = b
+					k++
+				}
+			}
+		}
+		d = append(d, op)
+		d = append(d, args[:k]...)
+		off += size
+		n -= size
+	}
+	return d
 }

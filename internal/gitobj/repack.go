@@ -145,12 +145,16 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 				err error
 			)
 			switch t := plumbing.ObjectType((raw[0] >> 4) & 7); t {
-			case plumbing.CommitObject, plumbing.BlobObject, plumbing.TagObject, plumbing.TreeObject:
+			case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
 				if crc32.ChecksumIEEE(raw) != o.crc {
 					return fmt.Errorf("pack %s: object %s does not match the CRC-32 of its index", o.p.name, o.h)
 				}
 				if t == plumbing.TreeObject {
-					trees = append(trees, treeObject{packObject: o, pos: i})
+					key, size, err := storedTreeKey(o.p, o.off)
+					if err != nil {
+						return err
+					}
+					trees = append(trees, treeObject{packObject: o, pos: i, key: key, size: size})
 					continue
 				}
 				off, crc, err = pw.raw(raw)
@@ -161,7 +165,7 @@ func (d *Dir) mergePacks(packs []*mappedPack, swap func(remove func() error) err
 					err = fmt.Errorf("pack %s: object %s is corrupt", o.p.name, o.h)
 				}
 				if err == nil && t == plumbing.TreeObject {
-					trees = append(trees, treeObject{packObject: o, pos: i})
+					trees = append(trees, treeObject{packObject: o, pos: i, key: treeKey(data), size: len(data)})
 					continue
 				}
 				if err == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"hash/maphash"
+	"io"
 	"slices"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -52,16 +53,42 @@ type treeObject struct {
 // one merge.
 var treeKeySeed = maphash.MakeSeed()
 
-// firstEntry returns the first entry of an encoded tree (mode, name, NUL
-// and the 20-byte object name), or the whole tree when it has none.
-func firstEntry(tree []byte) []byte {
+// treeKey is the key of an encoded tree (or of its beginning): its first
+// entry (mode, name, NUL and the 20-byte object name), or all of it when
+// it holds none.
+func treeKey(tree []byte) uint64 {
 	if i := bytes.IndexByte(tree, 0); i >= 0 && i+21 <= len(tree) {
-		return tree[:i+21]
+		tree = tree[:i+21]
 	}
-	return tree
+	return maphash.Bytes(treeKeySeed, tree)
 }
 
-// writeTrees writes trees to pw, ordered by first entry, then largest and
+// treeKeyPrefix bounds what storedTreeKey inflates: more than a first
+// entry of any name signet writes.
+const treeKeyPrefix = 1024
+
+// storedTreeKey returns the key and size of the whole tree stored at off
+// in p, inflating only its beginning: the tree itself is read once, when
+// writeTrees writes it.
+func storedTreeKey(p *mappedPack, off int64) (uint64, int, error) {
+	e, err := p.entryHeader(off)
+	if err != nil {
+		return 0, 0, err
+	}
+	f, err := getInflater(p.data[e.pos : int64(len(p.data))-20])
+	if err != nil {
+		return 0, 0, p.bad(off, err.Error())
+	}
+	defer putInflater(f)
+	head := make([]byte, min(e.size, treeKeyPrefix))
+	if _, err := io.ReadFull(f.zr, head); err != nil {
+		return 0, 0, p.bad(off, "inflate: "+err.Error())
+	}
+	return treeKey(head), int(e.size), nil
+}
+
+// writeTrees writes trees (their keys and sizes filled in) to pw,
+// ordered by first entry, then largest and
 // newest first, each as an OFS_DELTA against the tree written just before
 // it when both share a first entry, the chain is shorter than
 // maxWriteDeltaDepth and the delta is under half the tree; otherwise
@@ -69,14 +96,6 @@ func firstEntry(tree []byte) []byte {
 // and compared before it is written; one that does not give the tree back
 // is not written (the tree goes whole).
 func (d *Dir) writeTrees(pw *packWriter, trees []treeObject, add func(plumbing.Hash, uint64, uint32)) error {
-	for i := range trees {
-		_, data, err := d.packed(trees[i].p, trees[i].off, 0, 0)
-		if err != nil {
-			return err
-		}
-		trees[i].key = maphash.Bytes(treeKeySeed, firstEntry(data))
-		trees[i].size = len(data)
-	}
 	slices.SortFunc(trees, func(a, b treeObject) int {
 		if c := cmp.Compare(a.key, b.key); c != 0 {
 			return c

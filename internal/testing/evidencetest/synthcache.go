@@ -33,8 +33,9 @@ type synthMeta struct {
 // a digest of the generator's sources and the sizes) and reused by later
 // calls: a benchmark at 10^4 runs pays for the branch once. The branch
 // is written where fsync costs nothing when the machine has one
-// (/dev/shm; the writer's own mirror on disk), then cloned (one pack) into the cache, which appears
-// whole (a temporary directory renamed in) or not at all. The returned
+// (/dev/shm; the writer's own mirror on disk), then cloned (one pack)
+// into the cache, which appears whole (a temporary directory renamed in)
+// or not at all. The returned
 // Remote is shared: clone it before moving its branch. Remove the
 // directory to write it again.
 func SynthesizeCached(ctx context.Context, runs, checks int) (*Synthetic, error) {
@@ -61,10 +62,9 @@ func SynthesizeCached(ctx context.Context, runs, checks int) (*Synthetic, error)
 	if err != nil {
 		return nil, err
 	}
-	// The writer's mirror: about 34 KB a run since consolidation writes
-	// tree versions as deltas (it was 140–280 KB a run, most of it the
-	// receipt chain's directories of 10^4 links stored whole), some 3.4 GB
-	// at 10^5 runs, so it is on disk rather than in memory.
+	// The writer's mirror, about 34 KB a run since consolidation writes
+	// tree versions as deltas (140–280 KB before), some 3.4 GB at 10^5
+	// runs: on disk, so that it does not take that much of the memory.
 	state, err := os.MkdirTemp(os.TempDir(), "signet-synth-state-")
 	if err != nil {
 		return nil, err

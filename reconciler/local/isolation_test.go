@@ -332,6 +332,63 @@ func TestRunRefusesUIDWithLiveProcess(t *testing.T) {
 	assert.True(t, running(t, live.Process.Pid), "Run killed a process it did not start")
 }
 
+// TestRunRefusesUIDInAnyField: a process of the check's uid is any live
+// process with the uid as its real, effective, saved or filesystem uid.
+// The leftovers that matter keep the uid in one field only: a setuid-root
+// program a check ran (real uid the check's, the others root), or a root
+// process that took the uid as its effective uid. Each shape is started
+// with setpriv as a real process; a zombie of the uid is dead and does
+// not hold it. A scan that read only the first or only the effective uid
+// would start the check beside a process that can trace it.
+func TestRunRefusesUIDInAnyField(t *testing.T) {
+	u := transientUser(t)
+	id := strconv.FormatUint(uint64(u.UID), 10)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string // the status file's Uid line, tab-separated
+	}{
+		{"real uid only (a setuid-root program the check ran)", []string{"--ruid", id}, id + "\t0\t0\t0"},
+		{"effective, saved and filesystem uid (root's real uid)", []string{"--euid", id}, "0\t" + id + "\t" + id + "\t" + id},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			live := exec.Command("setpriv", append(tc.flags, "sleep", "1000")...)
+			require.NoError(t, live.Start())
+			t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+			require.Eventually(t, func() bool {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", live.Process.Pid))
+				return err == nil && strings.HasPrefix(string(b), "Name:\tsleep\n") && strings.Contains(string(b), "\nUid:\t"+tc.want+"\n")
+			}, 10*time.Second, 5*time.Millisecond, "setpriv did not leave a sleep with Uid %q", tc.want)
+
+			req := request(t, "result Pass; exit 0")
+			openToOthers(t, req.WorkRoot)
+			req.User = u
+			_, err := Run(t.Context(), req)
+			require.ErrorIs(t, err, ErrUIDAlive, "a check started as uid %d beside a process whose Uid line is %q", u.UID, tc.want)
+			assert.True(t, running(t, live.Process.Pid), "Run killed a process it did not start")
+		})
+	}
+	t.Run("a zombie does not hold the uid", func(t *testing.T) {
+		// Started and never waited for: once it exits it stays a zombie
+		// until the cleanup reaps it.
+		dead := exec.Command("true")
+		dead.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}}
+		require.NoError(t, dead.Start())
+		t.Cleanup(func() { _ = dead.Wait() })
+		require.Eventually(t, func() bool { return !running(t, dead.Process.Pid) }, 10*time.Second, 5*time.Millisecond)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", dead.Process.Pid))
+		require.NoError(t, err, "the zombie was reaped before the check")
+		require.Contains(t, string(b), "\nState:\tZ", "not a zombie")
+
+		req := request(t, "result Pass; exit 0")
+		openToOthers(t, req.WorkRoot)
+		req.User = u
+		rep, err := Run(t.Context(), req)
+		require.NoError(t, err, "a zombie of uid %d kept the check from starting", u.UID)
+		assert.True(t, rep.Termination.Exited)
+	})
+}
+
 // BenchmarkRunIsolated measures Run of a trivial passing script isolated
 // as the daemon runs it as root (a transient uid, a cgroup of its own where
 // the machine has one, the work root verified, the uid swept after) against

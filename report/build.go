@@ -48,10 +48,11 @@ type Options struct {
 	// none when negative); Expiring is the window, before its end, in
 	// which it counts as expiring soon (DefaultExpiring when zero).
 	TTL, Expiring time.Duration
-	// Now, Grace and Workers are the audit's (audit.Options).
-	Now     time.Time
-	Grace   time.Duration
-	Workers int
+	// Now, Grace, Workers and Progress are the audit's (audit.Options).
+	Now      time.Time
+	Grace    time.Duration
+	Workers  int
+	Progress func(audit.Progress)
 }
 
 // Result says what Build did.

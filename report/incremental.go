@@ -275,5 +275,5 @@ func (ch *changed) selection(st *lastReport, pageSize int) *selection {
 // resume when set; the audit keeps its end state for the next report.
 func (opts *Options) auditOptions(col *collector, resume *audit.Resume) audit.Options {
 	return audit.Options{Repo: opts.Repo, Auth: opts.Auth, Branch: opts.Branch, Policy: opts.Policy,
-		Now: opts.Now, Grace: opts.Grace, Workers: opts.Workers, Observe: col.observe, Resume: resume, KeepResume: true}
+		Now: opts.Now, Grace: opts.Grace, Workers: opts.Workers, Progress: opts.Progress, Observe: col.observe, Resume: resume, KeepResume: true}
 }

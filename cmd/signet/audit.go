@@ -63,6 +63,7 @@ type auditOptions struct {
 	CheckpointKey   string
 	Passphrase      passphraseOptions
 	Memory          memoryLimitOptions
+	Progress        progressOptions
 }
 
 // AddFlags registers the command's flags.
@@ -71,12 +72,13 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Trust, "trust", "", "trust policy file (required)")
 	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier, or a pins file (lines \"<branch> <commit> [<time>]\", as a clean audit prints after \"pin:\"): the branch must descend from its pinned commit (detects a rewritten, force-pushed history)")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
-	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long; 0 for never (an audit of 10^5 runs takes tens of minutes)")
 	fs.StringVar(&o.Checkpoint, "checkpoint", "", "signed audit checkpoint to start from (written by --write-checkpoint): only the commits after its tip are read")
 	fs.StringVar(&o.WriteCheckpoint, "write-checkpoint", "", "when the audit is clean, write a signed checkpoint of its end to this file (needs --checkpoint-key)")
 	fs.StringVar(&o.CheckpointKey, "checkpoint-key", "", "private key signing the checkpoint: a key of the trust policy's spec.auditors")
 	o.Passphrase.AddFlags(fs)
 	o.Memory.AddFlags(fs)
+	o.Progress.AddFlags(fs)
 	o.Output.AddFlags(fs)
 }
 
@@ -140,6 +142,9 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if err := o.Progress.validate(); err != nil {
+		return err
+	}
 	if err := o.Memory.apply(cmd.Flags()); err != nil {
 		return err
 	}
@@ -155,6 +160,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	}
 	opts := audit.Options{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: since, Grace: o.Grace,
+		Progress: o.Progress.reporter(cmd.ErrOrStderr(), time.Now),
 	}
 	if err := o.checkpointOptions(&opts, policy); err != nil {
 		return err

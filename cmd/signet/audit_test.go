@@ -421,3 +421,40 @@ func TestAuditCheckpoint(t *testing.T) {
 		assert.Equal(t, 2, code, stderr)
 	})
 }
+
+// TestAuditProgress: with --progress-interval an audit says on stderr
+// where it is, phase by phase, and stdout stays the report a machine
+// reads; by default a quick audit prints no progress at all, and a
+// negative interval is a usage error naming the flag. The report command
+// takes the same flag.
+func TestAuditProgress(t *testing.T) {
+	f := evidenceFixture(t)
+	base := []string{"--repo", f.Repo, "--trust", f.TrustFile}
+
+	rep, code, stderr := auditJSON(t, append(base, "--progress-interval", "1ns")...)
+	require.Equal(t, 0, code, stderr)
+	assert.NotEmpty(t, rep.Runs, "stdout is still the JSON report")
+	var lines []string
+	for line := range strings.Lines(stderr) {
+		if strings.HasPrefix(line, "audit: ") {
+			lines = append(lines, line)
+		}
+	}
+	require.Len(t, lines, 3, "one line per phase of a branch under %d commits:\n%s", audit.ProgressEvery, stderr)
+	assert.Contains(t, lines[0], "audit: reading the history: 0 commits back from the tip (")
+	assert.Contains(t, lines[1], fmt.Sprintf("audit: checking commit 0 of %d (0%%), 0 finished runs checked (", rep.Commits))
+	assert.Contains(t, lines[2], "audit: whole-branch checks, ")
+
+	_, stderr, code = runSigningCLI(t, append([]string{"audit"}, base...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stderr, "audit: ", "a quick audit printed progress under the default interval")
+
+	for _, args := range [][]string{{"audit"}, {"report", "--out", t.TempDir()}} {
+		_, stderr, code = runSigningCLI(t, append(append(args, "--progress-interval", "-1s"), base...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.Contains(t, stderr, "--progress-interval -1s: want 0 (never) or a positive duration", args[0])
+	}
+	_, stderr, code = runSigningCLI(t, append([]string{"report", "--out", t.TempDir(), "--progress-interval", "1ns"}, base...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "audit: whole-branch checks, ", "signet report shows its audit's progress")
+}

@@ -26,6 +26,7 @@ type reportOptions struct {
 	Grace    time.Duration
 	Timeout  time.Duration
 	Memory   memoryLimitOptions
+	Progress progressOptions
 }
 
 // AddFlags registers the command's flags.
@@ -37,8 +38,9 @@ func (o *reportOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TTL, "ttl", report.DefaultTTL, "how long a Pass certifies a node on the report (negative: forever)")
 	fs.DurationVar(&o.Expiring, "expiring-within", report.DefaultExpiring, "a certification ending within this long counts as expiring soon")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before the audit flags it")
-	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long; 0 for never (an audit of 10^5 runs takes tens of minutes)")
 	o.Memory.AddFlags(fs)
+	o.Progress.AddFlags(fs)
 }
 
 func newReportCmd() *cobra.Command {
@@ -87,6 +89,9 @@ func (o *reportOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if err := o.Progress.validate(); err != nil {
+		return err
+	}
 	if err := o.Memory.apply(cmd.Flags()); err != nil {
 		return err
 	}
@@ -97,7 +102,7 @@ func (o *reportOptions) run(cmd *cobra.Command) error {
 		defer cancel()
 	}
 	res, err := report.Build(ctx, report.Options{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Out: o.Out,
-		PageSize: o.PageSize, TTL: o.TTL, Expiring: o.Expiring, Grace: o.Grace})
+		PageSize: o.PageSize, TTL: o.TTL, Expiring: o.Expiring, Grace: o.Grace, Progress: o.Progress.reporter(cmd.ErrOrStderr(), time.Now)})
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("report: %w", err))
 	}

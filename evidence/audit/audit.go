@@ -98,6 +98,40 @@ type Options struct {
 	Resume *Resume
 	// KeepResume sets Report.Resume at the end of a clean audit.
 	KeepResume bool
+	// Progress, when set, is called as the audit goes: when each phase
+	// begins and every ProgressEvery commits within one, from the
+	// audit's goroutine (a slow Progress slows the audit). An audit of
+	// 10^5 runs takes tens of minutes; this is how a caller shows it.
+	Progress func(Progress)
+}
+
+// Phases of an audit, in order (Progress.Phase).
+const (
+	// PhaseHistory reads the first-parent history from the tip back.
+	PhaseHistory = "history"
+	// PhaseReplay reads what each commit added, oldest first, verifies
+	// the documents and checks each run once its receipt has landed.
+	PhaseReplay = "replay"
+	// PhaseBranch runs the checks that need the whole branch read.
+	PhaseBranch = "whole-branch checks"
+)
+
+// ProgressEvery is how many commits an audit reads between two calls of
+// Options.Progress within a phase.
+const ProgressEvery = 1024
+
+// progressEvery is ProgressEvery but in tests.
+var progressEvery = ProgressEvery
+
+// Progress is how far an audit has come (Options.Progress).
+type Progress struct {
+	// Phase is PhaseHistory, PhaseReplay or PhaseBranch.
+	Phase string
+	// Commits is how many commits the phase has read; Total, how many
+	// it will (0 while reading the history: not known before its root).
+	Commits, Total int
+	// Runs is how many runs with a receipt have been checked so far.
+	Runs int
 }
 
 // Branch audits the evidence branch of opts.Repo, reading objects only
@@ -146,6 +180,7 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	if afterWalk != nil {
 		afterWalk()
 	}
+	a.progress(PhaseBranch, 0, 0)
 	a.checkSince()
 	a.checkAll()
 	if a.ioErr != nil {
@@ -250,6 +285,8 @@ type auditor struct {
 	// readMu serializes the blob reads of documents (Observe) when the
 	// object source is not safe for concurrent use.
 	readMu sync.Mutex
+	// checkedRuns counts the runs with a receipt checked (Progress).
+	checkedRuns int
 }
 
 // afterWalk, when set (tests), is called by Branch between the walk and
@@ -269,6 +306,13 @@ func newAuditor(rd BranchReader, repo, branch string, opts Options) *auditor {
 }
 
 func (a *auditor) add(f Finding) { a.findings = append(a.findings, f) }
+
+// progress tells Options.Progress where the audit is.
+func (a *auditor) progress(phase string, commits, total int) {
+	if a.opts.Progress != nil {
+		a.opts.Progress(Progress{Phase: phase, Commits: commits, Total: total, Runs: a.checkedRuns})
+	}
+}
 
 // walk reads the first-parent history from the root to the tip, checks
 // that each commit only adds files, and reads every added file once,
@@ -307,6 +351,7 @@ func (a *auditor) checkClosed() error {
 	batch := a.closed
 	a.closed = nil
 	a.checkRuns(batch)
+	a.checkedRuns += len(batch)
 	for _, r := range batch {
 		if err := r.compact(); err != nil {
 			return err

@@ -335,3 +335,55 @@ func TestAuditCanceledRun(t *testing.T) {
 	assert.True(t, r.Checks[1].Skipped)
 	assert.Equal(t, int64(2), r.ReceiptSequence)
 }
+
+// TestAuditProgress: Options.Progress sees the phases in order (history,
+// replay, whole-branch checks), the commits read counting up within each
+// to the history's length, and the runs checked, never more than the
+// branch has; it changes nothing in the report.
+func TestAuditProgress(t *testing.T) {
+	f, err := evidencetest.Build(t.Context(), t.TempDir(), "run-a", "run-b", "run-c")
+	require.NoError(t, err)
+	defer audit.SetProgressEvery(2)()
+	defer audit.SetClosedRunBatch(1)()
+	var got []audit.Progress
+	rep, err := audit.Branch(t.Context(), audit.Options{Repo: f.Repo, Policy: f.Policy, Workers: 1,
+		Progress: func(p audit.Progress) { got = append(got, p) }})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+	want, err := audit.Branch(t.Context(), audit.Options{Repo: f.Repo, Policy: f.Policy, Workers: 1})
+	require.NoError(t, err)
+	assert.Equal(t, want.Runs, rep.Runs, "a progress callback changed the report")
+
+	phases := []string{audit.PhaseHistory, audit.PhaseReplay, audit.PhaseBranch}
+	phase, prev := 0, audit.Progress{Phase: audit.PhaseHistory, Commits: -1}
+	for _, p := range got {
+		if p.Phase != phases[phase] {
+			phase++
+			require.Less(t, phase, len(phases), "phase %q out of order in %+v", p.Phase, got)
+			require.Equal(t, phases[phase], p.Phase, "%+v", got)
+			prev.Commits = -1
+		}
+		assert.Greater(t, p.Commits, prev.Commits, "%+v", got)
+		assert.GreaterOrEqual(t, p.Runs, prev.Runs, "%+v", got)
+		assert.LessOrEqual(t, p.Runs, len(f.Runs))
+		if p.Phase == audit.PhaseReplay {
+			assert.Equal(t, rep.Commits, p.Total)
+			assert.Less(t, p.Commits, p.Total)
+		}
+		prev = p
+	}
+	require.Equal(t, len(phases)-1, phase, "not every phase was reported: %+v", got)
+	var history, replay int
+	for _, p := range got {
+		switch p.Phase {
+		case audit.PhaseHistory:
+			history++
+		case audit.PhaseReplay:
+			replay++
+		}
+	}
+	// One call when the phase begins, then one every two commits.
+	assert.Equal(t, 1+(rep.Commits-1)/2, history, "%+v", got)
+	assert.Equal(t, 1+(rep.Commits-1)/2, replay, "%+v", got)
+	assert.Positive(t, got[len(got)-1].Runs, "no run counted as checked")
+}

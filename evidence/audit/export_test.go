@@ -16,3 +16,11 @@ func SetAfterWalk(f func()) (restore func()) {
 	afterWalk = f
 	return func() { afterWalk = old }
 }
+
+// SetProgressEvery sets how many commits the audit reads between two
+// progress calls and returns a function restoring the previous value.
+func SetProgressEvery(n int) (restore func()) {
+	old := progressEvery
+	progressEvery = n
+	return func() { progressEvery = old }
+}

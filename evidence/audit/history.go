@@ -25,9 +25,13 @@ import (
 func (a *auditor) history(ctx context.Context, dir string) error {
 	var chain []*commitInfo
 	reached := false
+	a.progress(PhaseHistory, 0, 0)
 	for h := a.rd.Tip(); !h.IsZero(); {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if len(chain) > 0 && len(chain)%progressEvery == 0 {
+			a.progress(PhaseHistory, len(chain), 0)
 		}
 		if a.base != nil && h == a.base.hash {
 			reached = true
@@ -102,9 +106,13 @@ func (a *auditor) replay(ctx context.Context, dir string) error {
 	if a.base != nil {
 		prev = a.base.tree // what came before was read by the checkpoint's audit
 	}
-	for _, c := range a.commits {
+	a.progress(PhaseReplay, 0, len(a.commits))
+	for i, c := range a.commits {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if i > 0 && i%progressEvery == 0 {
+			a.progress(PhaseReplay, i, len(a.commits))
 		}
 		// The current commit's trees become the parent side of the next.
 		clear(a.prevTrees)

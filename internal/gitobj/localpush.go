@@ -201,7 +201,7 @@ func (r *Remote) pushLocal(ctx context.Context, repo localRepo, st storer.Encode
 			// Another writer is moving the ref now: nothing landed, and
 			// whether the ref moves is not known yet. Like a lost
 			// connection, the caller fetches and tries again.
-			return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: fmt.Sprintf("%s: another writer holds %s.lock; try again", ref, ref)}
+			return &RemoteError{Op: "push", URL: r.display, Kind: ErrUnreachable, Msg: lockHeld(ref, refPath+".lock")}
 		}
 		if err != nil {
 			return reject(err)
@@ -326,4 +326,26 @@ func appendReflog(dir string, ref plumbing.ReferenceName, old, new plumbing.Hash
 		err = cerr
 	}
 	return err
+}
+
+// staleLockAge is how old a ref's lock file must be before a push that
+// finds it says how to remove it: a writer holds one for milliseconds.
+const staleLockAge = time.Minute
+
+// lockHeld says that ref's lock (file lock) is held. A lock older than
+// staleLockAge is most likely left by a writer that died mid-push (git
+// never removes another process's lock, nor does signet): the message
+// then says since when, and to remove it once no writer runs, as git's
+// own does.
+func lockHeld(ref plumbing.ReferenceName, lock string) string {
+	msg := fmt.Sprintf("%s: another writer holds %s.lock; try again", ref, ref)
+	fi, err := os.Stat(lock)
+	if err != nil {
+		return msg
+	}
+	if age := time.Since(fi.ModTime()); age >= staleLockAge {
+		msg += fmt.Sprintf(" (held since %s, %s ago: if no git or signet process is writing to this repository, one that crashed left it; remove %s)",
+			fi.ModTime().UTC().Format(time.RFC3339), age.Round(time.Second), lock)
+	}
+	return msg
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
@@ -98,6 +99,16 @@ func TestPushLocalInProcess(t *testing.T) {
 		require.ErrorIs(t, err, ErrUnreachable, "a push took a ref another writer had locked")
 		assert.Equal(t, c2.String(), revParse(t, dst, ref.String()), "a push moved a locked ref")
 		assert.FileExists(t, lock, "another writer's lock was removed")
+		assert.NotContains(t, err.Error(), "remove", "a fresh lock was called stale")
+		// One left by a writer that died an hour ago: still never
+		// removed, but the error says where it is and what to do.
+		hourAgo := time.Now().Add(-time.Hour)
+		require.NoError(t, os.Chtimes(lock, hourAgo, hourAgo))
+		_, err = e.push(dst, ref, c2, c2, map[string]string{"a/four": "4"})
+		require.ErrorIs(t, err, ErrUnreachable)
+		assert.Contains(t, err.Error(), "held since "+hourAgo.UTC().Format(time.RFC3339))
+		assert.Contains(t, err.Error(), "one that crashed left it; remove "+lock)
+		assert.FileExists(t, lock, "a stale lock was removed by the push")
 		require.NoError(t, os.Remove(lock))
 
 		// A ref only in packed-refs is compared by its packed value.

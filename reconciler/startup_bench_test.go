@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/proctest"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
@@ -157,26 +157,12 @@ func TestStartupChild(t *testing.T) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fig := startupFigures{StartupSeconds: startup.Seconds(), PassSeconds: pass.Seconds(), HeapBytes: ms.HeapAlloc, PeakRSSBytes: vmHWM(t)}
+	peak, err := proctest.PeakRSS()
+	require.NoError(t, err)
+	fig := startupFigures{StartupSeconds: startup.Seconds(), PassSeconds: pass.Seconds(), HeapBytes: ms.HeapAlloc, PeakRSSBytes: peak}
 	b, err := json.Marshal(fig)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(job.Out, b, 0o644))
 	runtime.KeepAlive(r)
 	_ = store.Close()
-}
-
-// vmHWM is this process's peak resident set size.
-func vmHWM(t *testing.T) uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb uint64
-			_, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
-			require.NoError(t, err)
-			return kb * 1024
-		}
-	}
-	t.Fatal("/proc/self/status: no VmHWM")
-	return 0
 }

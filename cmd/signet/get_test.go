@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
@@ -162,7 +163,7 @@ func TestReconcileNowWait(t *testing.T) {
 // interrupted.
 func TestGetWatch(t *testing.T) {
 	w := startWorkedDaemon(t)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd := exec.Command(testenv.Signet(t), "get", "requests", "--watch", "--interval", "100ms", "--config", w.config)
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
@@ -37,30 +38,13 @@ type daemon struct {
 	addr string
 	// hooks and metrics are the webhook and metrics listeners, when set.
 	hooks, metrics string
-	out            *syncBuffer
+	out            *syncbuf.Buffer
 	done           chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startDaemon(t *testing.T, config, addr string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, addr: addr, out: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemon{t: t, addr: addr, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	d.cmd = exec.Command(testenv.Signet(t), "reconcile", "--config", config)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	require.NoError(t, d.cmd.Start())

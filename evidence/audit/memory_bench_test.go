@@ -1,7 +1,6 @@
 package audit_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"signet.dev/signet/evidence/audit"
 	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/testing/evidencetest"
+	"signet.dev/signet/internal/testing/proctest"
 )
 
 // memBenchRuns are the branch lengths BenchmarkAuditMemory compares:
@@ -136,7 +136,7 @@ func TestAuditRSSHelper(t *testing.T) {
 	rep, err := audit.Branch(ctx, audit.Options{Repo: s.Remote, Policy: s.Policy})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
-	hwm, err := vmHWM()
+	hwm, err := proctest.PeakRSS()
 	require.NoError(t, err)
 	require.Positive(t, hwm, "no peak resident set read")
 	fmt.Printf("VmHWM-bytes %d\n", hwm)
@@ -150,21 +150,4 @@ func TestAuditRSSHelper(t *testing.T) {
 		}
 	}
 	fmt.Printf("heap: HeapSys %d, HeapInuse %d, NextGC %d, NumGC %d; %d runs, %d documents\n", ms.HeapSys, ms.HeapInuse, ms.NextGC, ms.NumGC, runs, s.Documents)
-}
-
-// vmHWM reads the process's peak resident set from /proc/self/status.
-func vmHWM() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/self/status: no VmHWM")
 }

@@ -1,13 +1,11 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/kubetest"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
@@ -34,29 +33,11 @@ const (
 	gpuQueue   = "gpu-queue"
 )
 
-// syncBuffer is a log sink the backend and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type kueueE2E struct {
 	env    *kubetest.Env
 	kueue  *kubetest.Kueue
 	b      *PodBackend
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	blockA []evidence.Participant
 	blockB []evidence.Participant
 }
@@ -71,7 +52,7 @@ func startKueueE2E(t *testing.T) *kueueE2E {
 	img := signetImageDir(t)
 	env := kubetest.Start(t)
 	ctx := t.Context()
-	e := &kueueE2E{env: env, log: &syncBuffer{}}
+	e := &kueueE2E{env: env, log: &syncbuf.Buffer{}}
 	for _, n := range []struct{ name, block, rack string }{
 		{"gpu-a1", "a", "a1"}, {"gpu-a2", "a", "a1"}, {"gpu-a3", "a", "a1"}, {"gpu-a4", "a", "a1"},
 		{"gpu-a5", "a", "a2"}, {"gpu-a6", "a", "a2"}, {"gpu-a7", "a", "a2"}, {"gpu-a8", "a", "a2"},

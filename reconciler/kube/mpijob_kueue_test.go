@@ -18,6 +18,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/kubetest"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
@@ -67,7 +68,7 @@ func TestMPIJobKueueE2E(t *testing.T) {
 	k.CreateClusterQueue(ctx, kubetest.ClusterQueueOptions{Name: "tas-cq", Flavor: "gpu-tas", GPUs: 16})
 	k.CreateLocalQueue(ctx, "signet", "tas-queue", "tas-cq")
 
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	b := NewMPIJobBackend(env.Dynamic(), env.Client, MPIJobOptions{
 		Namespace: "signet", SignetImage: mpiTestSignetImage, PollInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, nil)),

@@ -17,3 +17,17 @@ func (r *Reconciler) InFull(run string) (full, compact bool) {
 	_, compact = r.finished[run]
 	return full, compact
 }
+
+// CheckDocsHeld is how many check documents run holds in memory (log
+// tails and all), -1 when the run is not held in full.
+func (r *Reconciler) CheckDocsHeld(run string) int {
+	r.mu.Lock()
+	rs, ok := r.runs[run]
+	r.mu.Unlock()
+	if !ok {
+		return -1
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.checkDocs)
+}

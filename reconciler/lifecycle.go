@@ -396,6 +396,10 @@ func (r *Reconciler) writeEvidence(ctx context.Context, rs *runState) error {
 	rs.evidence = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
 	rs.evCommit = commit
 	rs.verdict, rs.nodes, rs.endedAt = ev.Verdict, ev.Nodes, ev.EndedAt
+	// The check documents (log tails and all) are summarized and durable:
+	// a finished run, which the reconciler keeps until it stops, holds
+	// only its summaries (issue 19: memory by the work in flight).
+	rs.checkDocs = nil
 	rs.mu.Unlock()
 	r.metrics.runs.WithLabelValues(string(ev.Verdict)).Inc()
 	r.log.Info("run evidence written", "run", rs.id, "verdict", ev.Verdict)

@@ -275,6 +275,32 @@ func TestRemovedKeyStopsCountingWithoutCommit(t *testing.T) {
 	assert.Equal(t, "", e.evidence().RunDir(cluster, "waiting"))
 }
 
+// TestFinishedRunDropsCheckDocuments: a run this reconciler drove stays
+// in memory until it stops, so once the run evidence summarizing its
+// checks is durable it drops the check documents (their log tails are the
+// bulk of a run) and keeps what /status and Wait show: the verdict and
+// each check's summary.
+func TestFinishedRunDropsCheckDocuments(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("chatty", "",
+		testenv.Check{Name: "one", Script: "head -c 3000 /dev/zero | tr '\\0' x; result Pass; exit 0"},
+		testenv.Check{Name: "two", Script: "head -c 3000 /dev/zero | tr '\\0' y >&2; result Pass; exit 0"})
+	e.repo.AddRequest("talk", "chatty")
+	e.repo.Commit("first")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"chatty", requestRef+"talk")
+	r := e.build(e.config())
+	st := e.reconcileAndWait(r)["talk"]
+	require.Equal(t, specs.VerdictPass, st.Verdict)
+	assert.Zero(t, r.CheckDocsHeld("talk"), "a finished run still holds its check documents")
+	got, err := r.Wait(t.Context(), "talk")
+	require.NoError(t, err)
+	assert.Equal(t, specs.VerdictPass, got.Verdict)
+	require.Len(t, got.Checks, 2, "the finished run lost its check summaries")
+	for _, c := range got.Checks {
+		assert.Equal(t, specs.VerdictPass, c.Verdict)
+	}
+}
+
 // TestRestartKeepsFinishedRunsCompact: a restarted reconciler keeps a
 // finished run that retains nothing only in compact form, and still
 // answers for it what the evidence branch says — the certification sweep

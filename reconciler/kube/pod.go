@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"signet.dev/signet/evidence"
@@ -629,28 +631,93 @@ func (b *PodBackend) Cleanup(ctx context.Context, c *backend.CheckRun) error {
 	}
 	tick := time.NewTicker(b.o.PollInterval)
 	defer tick.Stop()
+	stillThere := func(err error, left []string) error {
+		if err != nil {
+			return fmt.Errorf("pod backend: cleanup: %w", err)
+		}
+		return fmt.Errorf("pod backend: cleanup: still present after %v: %s", b.o.CleanupTimeout, strings.Join(left, ", "))
+	}
 	for {
-		left, err := b.remaining(ctx, c)
+		left, rv, err := b.remaining(ctx, c)
 		if err == nil && len(left) == 0 {
 			return nil
 		}
+		// Pods left: follow their deletion on a watch from the list's
+		// resourceVersion (every change after the list, in order), so
+		// that Cleanup goes on when the last one goes rather than at
+		// the next poll, with one list instead of one a poll.
+		if err == nil && (!slices.ContainsFunc(left, isPod) || b.podsDeleted(ctx, c, rv, left)) {
+			if !slices.ContainsFunc(left, isConfigMap) {
+				return nil
+			}
+			// The ConfigMap (foreground deletion: the garbage
+			// collector removes it) is read by name until it is gone.
+			for {
+				select {
+				case <-ctx.Done():
+					return stillThere(nil, []string{"configmap/" + checkBaseName(c.Run, c.Index)})
+				case <-tick.C:
+				}
+				_, err := b.client.CoreV1().ConfigMaps(b.o.Namespace).Get(ctx, checkBaseName(c.Run, c.Index), metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
-			if err != nil {
-				return fmt.Errorf("pod backend: cleanup: %w", err)
-			}
-			return fmt.Errorf("pod backend: cleanup: still present after %v: %s", b.o.CleanupTimeout, strings.Join(left, ", "))
+			return stillThere(err, left)
 		case <-tick.C:
 		}
 	}
 }
 
-// remaining lists the check's objects still present.
-func (b *PodBackend) remaining(ctx context.Context, c *backend.CheckRun) ([]string, error) {
+func isPod(obj string) bool { return strings.HasPrefix(obj, "pod/") }
+
+func isConfigMap(obj string) bool { return strings.HasPrefix(obj, "configmap/") }
+
+// podsDeleted watches the check's pods from resourceVersion rv, at which
+// the pods named in left ("pod/NAME"; other entries are skipped) were
+// present, until every one of
+// them (and any added since) is deleted: true. It returns false when the
+// watch cannot start or ends first (an expired resourceVersion, a closed
+// connection, ctx done); the caller lists again.
+func (b *PodBackend) podsDeleted(ctx context.Context, c *backend.CheckRun, rv string, left []string) bool {
+	present := map[string]bool{}
+	for _, o := range left {
+		if name, ok := strings.CutPrefix(o, "pod/"); ok {
+			present[name] = true
+		}
+	}
+	w, err := b.client.CoreV1().Pods(b.o.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: checkSelector(c), ResourceVersion: rv})
+	if err != nil {
+		return false
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		switch {
+		case ev.Type == watch.Error || !ok:
+			return false
+		case ev.Type == watch.Deleted:
+			delete(present, p.Name)
+		case ev.Type == watch.Added:
+			present[p.Name] = true
+		}
+		if len(present) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// remaining lists the check's objects still present, and the
+// resourceVersion of the pod list.
+func (b *PodBackend) remaining(ctx context.Context, c *backend.CheckRun) ([]string, string, error) {
 	var left []string
 	pl, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, p := range pl.Items {
 		left = append(left, "pod/"+p.Name)
@@ -660,9 +727,9 @@ func (b *PodBackend) remaining(ctx context.Context, c *backend.CheckRun) ([]stri
 	case err == nil:
 		left = append(left, "configmap/"+checkBaseName(c.Run, c.Index))
 	case !apierrors.IsNotFound(err):
-		return nil, err
+		return nil, "", err
 	}
-	return left, nil
+	return left, pl.ResourceVersion, nil
 }
 
 func withNote(a, b string) string {

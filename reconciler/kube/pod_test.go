@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"signet.dev/signet/evidence"
@@ -605,4 +606,56 @@ func TestPodBackendE2E(t *testing.T) {
 		}
 		e.cleanup(t, c)
 	})
+}
+
+// TestPodCleanupFollowsDeletion: Cleanup lists the check's pods once and
+// then follows their deletion on a watch, so it ends when the last pod
+// goes and not at a poll, and sends no list a poll while a pod takes
+// long to go. The pods are created directly with a finalizer of the
+// test's (no kubelet here: a real API server with etcd), which keeps
+// them through ten poll intervals after Cleanup deleted them.
+func TestPodCleanupFollowsDeletion(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	cs, _, reqs := countedClients(t, env)
+	b := NewPodBackend(cs, PodOptions{Namespace: "default", SignetImage: testSignetImage, PollInterval: 100 * time.Millisecond, CleanupTimeout: time.Minute})
+	c := testCheckRun("cleanup", "#!/bin/sh\nexit 0\n", twoNodes()...)
+	const hold = "signet.dev/test-hold"
+	for i := range c.Participants {
+		_, err := env.Client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName(c.Run, c.Index, i), Labels: objectLabels(c), Finalizers: []string{hold}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "check", Image: testWorkloadImage}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	_, err := env.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: checkBaseName(c.Run, c.Index), Labels: objectLabels(c)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	reqs.snapshot()
+
+	done := make(chan error, 1)
+	go func() { done <- b.Cleanup(ctx, c) }()
+	time.Sleep(10 * b.o.PollInterval)
+	select {
+	case err := <-done:
+		t.Fatalf("Cleanup returned (%v) while its pods were still there", err)
+	default:
+	}
+	for i := range c.Participants {
+		_, err := env.Client.CoreV1().Pods("default").Patch(ctx, podName(c.Run, c.Index, i), types.JSONPatchType,
+			[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Cleanup did not see its pods go")
+	}
+	counts, _ := reqs.snapshot()
+	assert.Regexp(t, `(^|, )list pods=1(,|$)`, counts, "Cleanup listed the pods again while waiting")
+	assert.Regexp(t, `(^|, )watch pods=1(,|$)`, counts, "Cleanup did not follow the pods on one watch")
+	l, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
+	require.NoError(t, err)
+	assert.Empty(t, l.Items)
 }

@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 FUZZTIME ?= 10s
 MUTATE_JOBS ?= 2
 
-.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools kueue-tools browser-tools clean mutations image
+.PHONY: all build test lint vet fmt-check fuzz-smoke demo bench tools kube-tools kueue-tools browser-tools clean mutations image bench-scale
 
 all: build
 
@@ -65,6 +65,13 @@ demo: build
 ## bench: the benchmarks named in the issues.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
+
+## bench-scale: issue 19's measurements on a long branch (SCALE_RUNS, default
+## 10^5): audit peak RSS and time, reconciler start-up, local check overhead,
+## each its own process (hack/bench-scale.sh; hours the first time: the branch
+## is synthesized and cached under TMPDIR, /dev/shm by default).
+bench-scale:
+	GO=$(GO) hack/bench-scale.sh
 
 ## mutations: every mutation of hack/mutations.yaml must be caught by the test
 ## named for it (internal/tools/mutate). One only: make mutations MUTATION=<id>[,<id>…].

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench-scale.sh: issue 19's measurements on a long evidence branch, each
+# in a process of its own so that one's memory never counts in another's
+# peak (make bench-scale; docs/performance.md):
+#   1. the synthetic branch of SCALE_RUNS runs (internal/tools/synth),
+#      cached under TMPDIR (writing 10^5 runs takes one to two hours on
+#      two cores; a cached branch is reused);
+#   2. signet audit of the whole branch: wall time and peak RSS
+#      (goal at 10^5: <= 1 GiB), progress every minute;
+#   3. BenchmarkStartup: a reconciler's start-up and one no-op pass on it,
+#      from an empty state directory and again on its state (<= 256 MiB);
+#   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
+#      (<= 5x a bare fork/exec).
+# Results go to stdout and to bench-scale-<runs>.log.
+set -euo pipefail
+
+runs=${SCALE_RUNS:-100000}
+export TMPDIR=${TMPDIR:-/dev/shm}
+GO=${GO:-go}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+log=$root/bench-scale-$runs.log
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
+
+: >"$log"
+say "building"
+$GO build -o "$work/signet" ./cmd/signet
+$GO build -o "$work/synth" ./internal/tools/synth
+$GO test -c -o "$work/reconciler.test" ./reconciler
+
+say "synthetic branch of $runs runs under $TMPDIR"
+"$work/synth" -runs "$runs" | tee "$work/synth.json" | tee -a "$log"
+dir=$(sed -n 's/^  "dir": "\(.*\)",$/\1/p' "$work/synth.json")
+[ -d "$dir" ] || { say "no branch directory in the synth output"; exit 1; }
+
+say "signet audit of the whole branch"
+/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
+	--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
+{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
+{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
+{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"
+
+say "reconciler start-up"
+(cd reconciler && SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+	-test.bench '^BenchmarkStartup$' -test.benchtime 1x -test.timeout 0) 2>&1 | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+
+say "local check overhead"
+(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+	-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count 3 -test.timeout 0) 2>&1 | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+say "done: $log"

@@ -27,6 +27,7 @@ import (
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/crash"
 	"signet.dev/signet/internal/testing/kubetest"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/reconciler/backend"
@@ -527,7 +528,7 @@ func TestKubernetes(t *testing.T) {
 			require.Empty(t, e.evidence().RunDir(cluster, "crash-k"), "no admission was recorded")
 
 			d := exec.Command(testenv.Signet(t), "reconcile", "--config", file)
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			d.Stdout, d.Stderr = &logs, &logs
 			require.NoError(t, d.Start())
 			exited := make(chan error, 1)

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/syncbuf"
 	"signet.dev/signet/internal/testing/testenv"
 	"signet.dev/signet/reconciler"
 	"signet.dev/signet/specs"
@@ -53,24 +53,6 @@ func forms(s string) []string {
 		base64.StdEncoding.EncodeToString([]byte("x-access-token:" + s)),
 		base64.StdEncoding.EncodeToString([]byte(":" + s)),
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a subprocess's writer and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // hygiene is a daemon's world: a spec repository behind a token on a real
@@ -214,7 +196,7 @@ func secretHygiene(t *testing.T, inURL bool) {
 	}
 	bin := testenv.Signet(t)
 
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	cmd := exec.Command(bin, "reconcile", "--config", cfgFile)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())

@@ -120,7 +120,7 @@ const (
 // Options.Progress within a phase.
 const ProgressEvery = 1024
 
-// progressEvery is ProgressEvery but in tests.
+// progressEvery is ProgressEvery; tests lower it (SetProgressEvery).
 var progressEvery = ProgressEvery
 
 // Progress is how far an audit has come (Options.Progress).

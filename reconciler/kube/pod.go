@@ -678,10 +678,10 @@ func isConfigMap(obj string) bool { return strings.HasPrefix(obj, "configmap/") 
 
 // podsDeleted watches the check's pods from resourceVersion rv, at which
 // the pods named in left ("pod/NAME"; other entries are skipped) were
-// present, until every one of
-// them (and any added since) is deleted: true. It returns false when the
-// watch cannot start or ends first (an expired resourceVersion, a closed
-// connection, ctx done); the caller lists again.
+// present, until every one of them (and any added since) is deleted:
+// true. It returns false when the watch cannot start or ends first (an
+// expired resourceVersion, a closed connection, ctx done); the caller
+// lists again.
 func (b *PodBackend) podsDeleted(ctx context.Context, c *backend.CheckRun, rv string, left []string) bool {
 	present := map[string]bool{}
 	for _, o := range left {

@@ -107,6 +107,10 @@ in a pins file for the next audit's --since, and give the commit to the reconcil
 (evidence.pinnedTip). --since takes a commit (40 hex or a revision) or a pins file, one
 "<branch> <commit> [<time>]" per line ('#' comments); a file must pin the audited branch.
 
+An audit of 10^5 runs takes tens of minutes: it prints how far it has come to stderr at
+most every --progress-interval (the first line only after that long), and runs until done
+unless --timeout says otherwise.
+
 Every finding names its rule, run and path. Exit status: 0 clean, 1 findings,
 2 usage error or the branch could not be read.`,
 		Example: "  signet audit --repo https://git.example.invalid/fleet/specs.git --trust trust.yaml\n" +

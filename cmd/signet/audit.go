@@ -164,7 +164,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 	}
 	opts := audit.Options{
 		Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Since: since, Grace: o.Grace,
-		Progress: o.Progress.reporter(cmd.ErrOrStderr(), time.Now),
+		Progress: o.Progress.reporter(cmd.ErrOrStderr()),
 	}
 	if err := o.checkpointOptions(&opts, policy); err != nil {
 		return err

@@ -37,14 +37,14 @@ func (o *progressOptions) validate() error {
 // reporter returns the audit.Options.Progress that prints to w, or nil
 // when the interval is 0. Lines go to stderr so that stdout (the report,
 // or -o json) stays what a machine reads.
-func (o *progressOptions) reporter(w io.Writer, now func() time.Time) func(audit.Progress) {
+func (o *progressOptions) reporter(w io.Writer) func(audit.Progress) {
 	if o.Interval <= 0 {
 		return nil
 	}
-	start := now()
+	start := time.Now()
 	last := start
 	return func(p audit.Progress) {
-		t := now()
+		t := time.Now()
 		if t.Sub(last) < o.Interval {
 			return
 		}

@@ -102,7 +102,7 @@ func (o *reportOptions) run(cmd *cobra.Command) error {
 		defer cancel()
 	}
 	res, err := report.Build(ctx, report.Options{Repo: o.Branch.Repo, Branch: o.Branch.Branch, Policy: policy, Out: o.Out,
-		PageSize: o.PageSize, TTL: o.TTL, Expiring: o.Expiring, Grace: o.Grace, Progress: o.Progress.reporter(cmd.ErrOrStderr(), time.Now)})
+		PageSize: o.PageSize, TTL: o.TTL, Expiring: o.Expiring, Grace: o.Grace, Progress: o.Progress.reporter(cmd.ErrOrStderr())})
 	if err != nil {
 		return exitCode(exitAuditUsage, fmt.Errorf("report: %w", err))
 	}

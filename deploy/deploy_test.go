@@ -680,7 +680,7 @@ func TestFinding7ShippedDaemonExposure(t *testing.T) {
 			named[p.Name] = p.ContainerPort
 		}
 		assert.ElementsMatch(t, []int32{webhook, metrics, probe}, ports)
-		for name, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		for name, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
 			require.NotNil(t, pr, name)
 			require.NotNil(t, pr.HTTPGet, name)
 			p := pr.HTTPGet.Port.IntVal
@@ -689,6 +689,11 @@ func TestFinding7ShippedDaemonExposure(t *testing.T) {
 			}
 			assert.Equal(t, probe, p, "%s probe is not on probeListen", name)
 		}
+		// A new pod fetches the whole evidence branch before /healthz
+		// answers: the liveness probe must not restart it meanwhile.
+		sp := c.StartupProbe
+		window := time.Duration(sp.PeriodSeconds) * time.Duration(sp.FailureThreshold) * time.Second
+		assert.GreaterOrEqual(t, window, 30*time.Minute, "the startup probe gives a first fetch of the evidence branch only %s", window)
 	})
 	t.Run("secrets named in the config are mounted", func(t *testing.T) {
 		for field, f := range map[string]string{"triggerTokenFile": cfg.TriggerTokenFile, "webhook.githubSecretFile": cfg.Webhook.GitHubSecretFile} {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"signet.dev/signet/internal/gitobj"
 	"signet.dev/signet/internal/testing/faultproxy"
 	"signet.dev/signet/internal/testing/gittest"
 )
@@ -197,6 +198,71 @@ func TestFaultStallBoundsOpenAndRefresh(t *testing.T) {
 
 	proxy.Heal()
 	require.NoError(t, s.Refresh(context.Background()))
+}
+
+// TestFaultFirstFetchOutlastsTimeout: a new store's first fetch brings the
+// whole branch, which on a long branch takes longer than Timeout, the
+// bound of one append (issue 19: a new reconciler could not open a
+// 10^5-run branch, a 1.7 GB fetch, within the 2 minutes its appends get,
+// and so restarted forever). Through a link so slow that the fetch takes
+// several Timeouts, Open succeeds: the remote never goes quiet for a
+// Timeout. A remote that goes quiet in the middle of the pack is given up
+// on about a Timeout later, and a later Open in the same StateDir fetches
+// it whole.
+func TestFaultFirstFetchOutlastsTimeout(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	srv := gittest.NewHTTPServer(t)
+	url, dir := srv.NewRepo("evidence")
+	signer, _ := testSigner(t)
+	writer := openStore(t, testOptions(t, url, signer))
+	_, err := writer.Append(t.Context(), "first", runFiles("c1", "first", 1, 200))
+	require.NoError(t, err)
+	comp := faultproxy.NewCompetitor(t, url, DefaultBranch)
+	require.NoError(t, comp.PushFile("big/blob", randomBytes(t, 512<<10)))
+	tip := strings.TrimSpace(gittest.Git(t, dir, "rev-parse", DefaultBranch))
+
+	proxy := faultproxy.New(t, srv.URL())
+	opts := testOptions(t, proxy.URL()+"/evidence.git", signer)
+	opts.Timeout = timeout
+	opts.AcceptCurrentTip = true
+
+	t.Run("slow", func(t *testing.T) {
+		// 16 KiB every 50 ms: the 512 KiB pack takes about 1.6 s.
+		proxy.Set(faultproxy.Fault{Kind: faultproxy.Trickle, After: 16 << 10, Pause: 50 * time.Millisecond})
+		start := time.Now()
+		s, err := Open(t.Context(), opts)
+		elapsed := time.Since(start)
+		require.NoError(t, err, "a first fetch that keeps moving must not be cut at Timeout")
+		require.Positive(t, proxy.Faulted())
+		require.Greater(t, elapsed, 2*timeout, "the fetch did not outlast Timeout: the test proves nothing")
+		assert.Equal(t, tip, s.Tip())
+		require.NoError(t, s.Close())
+	})
+
+	t.Run("quiet", func(t *testing.T) {
+		opts := opts
+		opts.StateDir = t.TempDir()
+		proxy.Set(faultproxy.Fault{Kind: faultproxy.Hang, After: 64 << 10})
+		// The caller's deadline is far away: only the stall limit ends it.
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := Open(ctx, opts)
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, ErrUnreachable)
+		var stalled *gitobj.StalledError
+		require.ErrorAs(t, err, &stalled)
+		assert.ErrorContains(t, err, "the remote sent nothing for 400ms")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, elapsed, timeout+faultSlack)
+
+		proxy.Heal()
+		s, err := Open(t.Context(), opts)
+		require.NoError(t, err)
+		assert.Equal(t, tip, s.Tip())
+		require.NoError(t, s.Close())
+		gittest.Git(t, filepath.Join(opts.StateDir, mirrorDir), "fsck", "--strict", "--no-dangling")
+	})
 }
 
 // checkBranch requires that branch of the bare repository dir holds

@@ -101,8 +101,10 @@ type StoreOptions struct {
 	// StateDir holds the local bare mirror and the last known tip across
 	// restarts. One Store at a time may use it (it is locked).
 	StateDir string
-	// Timeout bounds one Append or Refresh, retries included;
-	// DefaultTimeout when zero.
+	// Timeout bounds one Append or Refresh, retries included, and each
+	// call on the Keeper; DefaultTimeout when zero. Open's fetch, which
+	// may bring the whole branch, is bounded by its context instead, and
+	// every fetch gives up when the remote sends nothing for Timeout.
 	Timeout time.Duration
 	// Logger receives what the store does in the background (consolidating
 	// the mirror's packs); slog.Default() when nil.
@@ -297,8 +299,6 @@ func (s *Store) open(ctx context.Context) error {
 		s.tip, s.pushed = plumbing.NewHash(st.Tip), plumbing.NewHash(st.Pushed)
 		s.firstUse = st.FirstUse && s.tip.IsZero()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	if err := s.loadKept(ctx); err != nil {
 		return err
 	}
@@ -306,6 +306,11 @@ func (s *Store) open(ctx context.Context) error {
 		s.pinned = plumbing.NewHash(s.opts.Pinned)
 	}
 	s.unanchored = s.tip.IsZero() && s.kept.Tip == "" && s.pinned.IsZero()
+	// Not bounded by Timeout: a new mirror, or one far behind, fetches
+	// the whole branch or much of it (1.7 GB at 10^5 runs, longer than
+	// the 2 minutes of one append on two cores). The fetch gives up when
+	// the remote goes quiet for Timeout; the rest is the caller's ctx.
+	//
 	// Under s.mu as every other caller of refresh: the fetch can start a
 	// consolidation (consolidate), whose removal of the packs it replaced
 	// unmaps them while the ancestry check after it reads them.

@@ -51,7 +51,7 @@ func (s *Store) refresh(ctx context.Context) error {
 	if ref, err := s.st.Reference(s.ref); err == nil {
 		haves = append(haves, ref.Hash())
 	}
-	tip, err := s.remote.Fetch(ctx, s.objs, fetchTarget{Storer: s.st, packDir: s.packDir}, s.ref, haves)
+	tip, err := s.remote.Fetch(ctx, s.objs, fetchTarget{Storer: s.st, packDir: s.packDir}, s.ref, haves, s.opts.Timeout)
 	if err != nil {
 		return err
 	}
@@ -199,6 +199,9 @@ func (s *Store) loadKept(ctx context.Context) error {
 	if k == nil {
 		return nil
 	}
+	// Each call on the Keeper is bounded by Timeout, opening's too.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	kt, err := k.LoadTip(ctx)
 	if err != nil {
 		return fmt.Errorf("evidence: read the tip kept in %s: %w", k, err)
@@ -227,6 +230,8 @@ func (s *Store) keepTip(ctx context.Context, tip plumbing.Hash) error {
 		return nil
 	}
 	next := KeptTip{URL: s.remote.URL(), Branch: s.opts.Branch, Tip: hashText(tip)}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	for range keepTipAttempts {
 		kt, err := k.SwapTip(ctx, s.kept, next)
 		if err == nil {

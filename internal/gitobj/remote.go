@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -228,6 +229,11 @@ func (r *Remote) fail(ctx context.Context, op string, err error) error {
 	if errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed) {
 		kind = ErrAuth
 	}
+	var stalled *StalledError
+	if errors.As(context.Cause(ctx), &stalled) {
+		// The transport only saw its context cancelled: say why.
+		return &RemoteError{Op: op, URL: r.display, Kind: ErrUnreachable, Msg: stalled.Error(), ctx: stalled}
+	}
 	return &RemoteError{Op: op, URL: r.display, Kind: kind, Msg: r.scrub(err.Error()), ctx: ctx.Err()}
 }
 
@@ -253,7 +259,14 @@ func advertisedTip(ar *packp.AdvRefs, ref plumbing.ReferenceName) (plumbing.Hash
 // already have. It returns the remote tip (zero when the ref is absent).
 // Objects are looked up in have (which must see what st wrote: the
 // fetched tip is looked up there afterwards) and written to st.
-func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash) (tip plumbing.Hash, err error) {
+//
+// When stall is positive, the fetch fails with a *RemoteError (kind
+// ErrUnreachable, unwrapping to a *StalledError) once one wait on the
+// remote lasts longer than stall; a transfer that keeps moving is bounded
+// by ctx alone.
+func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st storer.Storer, ref plumbing.ReferenceName, haves []plumbing.Hash, stall time.Duration) (tip plumbing.Hash, err error) {
+	ctx, guard, release := newStallGuard(ctx, stall)
+	defer release()
 	sess, err := r.client.NewUploadPackSession(r.ep, r.auth)
 	if err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
@@ -263,7 +276,9 @@ func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st 
 			err = r.fail(ctx, "fetch", cerr)
 		}
 	}()
+	guard.arm()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
+	guard.rest()
 	if errors.Is(err, transport.ErrEmptyRemoteRepository) {
 		return plumbing.ZeroHash, nil
 	}
@@ -290,17 +305,19 @@ func (r *Remote) Fetch(ctx context.Context, have storer.EncodedObjectStorer, st 
 			req.Haves = append(req.Haves, h)
 		}
 	}
+	guard.arm()
 	resp, err := sess.UploadPack(ctx, req)
+	guard.rest()
 	if err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)
 	}
 	defer resp.Close()
-	var rd io.Reader = resp
+	rd := guard.reader(resp)
 	switch {
 	case req.Capabilities.Supports(capability.Sideband64k):
-		rd = sideband.NewDemuxer(sideband.Sideband64k, resp)
+		rd = sideband.NewDemuxer(sideband.Sideband64k, rd)
 	case req.Capabilities.Supports(capability.Sideband):
-		rd = sideband.NewDemuxer(sideband.Sideband, resp)
+		rd = sideband.NewDemuxer(sideband.Sideband, rd)
 	}
 	if err := packfile.UpdateObjectStorage(st, rd); err != nil {
 		return plumbing.ZeroHash, r.fail(ctx, "fetch", err)

@@ -48,6 +48,15 @@ const (
 	// body without forwarding it, as a middlebox that eats the push does:
 	// nothing lands, and no report says so.
 	Swallow
+	// Trickle forwards the response of each smart-protocol POST After
+	// bytes at a time with Pause between, as a slow link does: the
+	// transfer keeps moving, only slowly.
+	Trickle
+	// Hang forwards the first After bytes of each smart-protocol POST's
+	// response (headers included), then sends nothing more and holds the
+	// connection until Close, as a remote that dies mid-pack behind a
+	// black hole does.
+	Hang
 )
 
 func (k Kind) String() string {
@@ -64,6 +73,10 @@ func (k Kind) String() string {
 		return "race"
 	case Swallow:
 		return "swallow"
+	case Trickle:
+		return "trickle"
+	case Hang:
+		return "hang"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -71,9 +84,12 @@ func (k Kind) String() string {
 // Fault is the proxy's behaviour from now on.
 type Fault struct {
 	Kind Kind
-	// After is, for Reset, how many bytes of the response are forwarded
-	// before the reset (headers included).
+	// After is, for Reset and Hang, how many bytes of the response are
+	// forwarded before the reset or the hang (headers included); for
+	// Trickle, how many are forwarded at a time.
 	After int64
+	// Pause is, for Trickle, the wait between two forwarded pieces.
+	Pause time.Duration
 	// Race is, for Race, what runs before a receive-pack POST is
 	// forwarded; an error is logged and the POST forwarded anyway.
 	Race func() error
@@ -303,9 +319,19 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, f Fault) bool {
 	}
 	var w io.Writer = c
 	reset := f.Kind == Reset && rpc
-	if reset {
+	switch {
+	case reset:
 		p.faulted.Add(1)
 		w = &limitWriter{w: c, n: f.After}
+	case f.Kind == Trickle && rpc:
+		p.faulted.Add(1)
+		_ = trickle(c, up, f.After, f.Pause)
+		return false
+	case f.Kind == Hang && rpc:
+		p.faulted.Add(1)
+		_, _ = io.CopyN(c, up, f.After)
+		stallUntilClosed(c)
+		return false
 	}
 	_, err = io.Copy(w, up)
 	if reset || err != nil {
@@ -317,6 +343,23 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, f Fault) bool {
 	// The upstream said Connection: close; so does the response the
 	// client read, and it will not send another request here.
 	return false
+}
+
+// trickle copies src to dst n bytes at a time, waiting pause before each
+// piece after the first.
+func trickle(dst io.Writer, src io.Reader, n int64, pause time.Duration) error {
+	for first := true; ; first = false {
+		if !first {
+			time.Sleep(pause)
+		}
+		k, err := io.CopyN(dst, src, n)
+		if err == io.EOF || (err == nil && k < n) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // limitWriter writes at most n bytes, then fails.

@@ -11,10 +11,19 @@
 #      from an empty state directory and again on its state (<= 256 MiB);
 #   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
 #      (<= 5x a bare fork/exec).
-# Results go to stdout and to bench-scale-<runs>.log.
+# SCALE_STEPS picks and orders steps 2-4 (default "audit startup local").
+# Results go to stdout and to bench-scale-<runs>.log; the benchmarks'
+# whole output to bench-scale-<runs>.<step>.out.
 set -euo pipefail
 
 runs=${SCALE_RUNS:-100000}
+steps=${SCALE_STEPS:-audit startup local}
+for step in $steps; do
+	case $step in
+	audit | startup | local) ;;
+	*) echo "bench-scale: SCALE_STEPS: unknown step \"$step\" (audit, startup, local)" >&2; exit 2 ;;
+	esac
+done
 export TMPDIR=${TMPDIR:-/dev/shm}
 GO=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,18 +45,28 @@ say "synthetic branch of $runs runs under $TMPDIR"
 dir=$(sed -n 's/^  "dir": "\(.*\)",$/\1/p' "$work/synth.json")
 [ -d "$dir" ] || { say "no branch directory in the synth output"; exit 1; }
 
-say "signet audit of the whole branch"
-/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
-	--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
-{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
-{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
-{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"
+step_audit() {
+	say "signet audit of the whole branch"
+	/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
+		--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
+	{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
+	{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
+	{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"
+}
 
-say "reconciler start-up"
-(cd reconciler && SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
-	-test.bench '^BenchmarkStartup$' -test.benchtime 1x -test.timeout 0) 2>&1 | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+step_startup() {
+	say "reconciler start-up"
+	(cd reconciler && SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+		-test.bench '^BenchmarkStartup$' -test.benchtime 1x -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.startup.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+}
 
-say "local check overhead"
-(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
-	-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count 3 -test.timeout 0) 2>&1 | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+step_local() {
+	say "local check overhead"
+	(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count 3 -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+}
+
+for step in $steps; do
+	"step_$step"
+done
 say "done: $log"

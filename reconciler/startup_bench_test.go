@@ -93,7 +93,9 @@ func BenchmarkStartup(b *testing.B) {
 			out := filepath.Join(dir, fmt.Sprintf("figures-%d.json", i))
 			job, err := json.Marshal(startupJob{Config: cfg, Out: out})
 			require.NoError(b, err)
-			cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run", "^TestStartupChild$")
+			// No test timeout: at 10^5 runs the first fetch alone takes
+			// minutes.
+			cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run", "^TestStartupChild$", "-test.timeout", "0")
 			cmd.Env = append(os.Environ(), startupChildEnv+"="+string(job))
 			if i == 0 {
 				b.StartTimer()

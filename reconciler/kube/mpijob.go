@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -239,8 +241,16 @@ func (b *MPIJobBackend) Cleanup(ctx context.Context, c *backend.CheckRun) error 
 		return fmt.Errorf("mpijob backend: cleanup of %s/%s: %w", b.o.Namespace, name, errors.Join(errs...))
 	}
 	for {
-		left, err := b.remaining(ctx, c, name, cmName, sel)
+		left, rv, err := b.remaining(ctx, c, name, cmName, sel)
 		if err == nil && len(left) == 0 {
+			return nil
+		}
+		// The MPIJob (its foreground deletion ends after the garbage
+		// collector removed its pods) and the pods are followed on
+		// watches from what remaining read, so that Cleanup goes on when
+		// the last one goes rather than at the next poll; the ConfigMap,
+		// deleted without a finalizer, is read again.
+		if err == nil && b.deletedOnWatches(ctx, c, name, sel, left, rv) && !slices.ContainsFunc(left, isConfigMap) {
 			return nil
 		}
 		select {
@@ -254,29 +264,63 @@ func (b *MPIJobBackend) Cleanup(ctx context.Context, c *backend.CheckRun) error 
 	}
 }
 
-// remaining lists what Cleanup still waits for.
-func (b *MPIJobBackend) remaining(ctx context.Context, c *backend.CheckRun, name, cmName, sel string) ([]string, error) {
+// cleanupVersions are the resourceVersions remaining read the MPIJob and
+// the pod list at.
+type cleanupVersions struct{ job, pods string }
+
+// remaining lists what Cleanup still waits for ("mpijob/NAME",
+// "configmap/NAME", "pod/NAME"), and the resourceVersions it read.
+func (b *MPIJobBackend) remaining(ctx context.Context, c *backend.CheckRun, name, cmName, sel string) ([]string, cleanupVersions, error) {
 	var left []string
+	var rv cleanupVersions
 	job, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case err == nil && b.ours(c, job.GetLabels()):
 		left = append(left, "mpijob/"+name)
+		rv.job = job.GetResourceVersion()
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, err
+		return nil, rv, err
 	}
 	cm, err := b.client.CoreV1().ConfigMaps(b.o.Namespace).Get(ctx, cmName, metav1.GetOptions{})
 	switch {
 	case err == nil && b.ours(c, cm.Labels):
 		left = append(left, "configmap/"+cmName)
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, err
+		return nil, rv, err
 	}
 	pl, err := b.client.CoreV1().Pods(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
-		return nil, err
+		return nil, rv, err
 	}
+	rv.pods = pl.ResourceVersion
 	for _, p := range pl.Items {
 		left = append(left, "pod/"+p.Name)
 	}
-	return left, nil
+	return left, rv, nil
+}
+
+// deletedOnWatches follows the MPIJob and the pods named in left on
+// watches from the resourceVersions remaining read them at, until each is
+// deleted: true. It returns false when a watch cannot start or ends first
+// (an expired resourceVersion, a closed connection, ctx done); the caller
+// reads them again.
+func (b *MPIJobBackend) deletedOnWatches(ctx context.Context, c *backend.CheckRun, name, sel string, left []string, rv cleanupVersions) bool {
+	if slices.Contains(left, "mpijob/"+name) {
+		w, err := b.dyn.Resource(MPIJobGVR).Namespace(b.o.Namespace).Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: rv.job})
+		if err != nil || !deletedOnWatch(w, map[string]bool{name: true}) {
+			return false
+		}
+	}
+	pods := map[string]bool{}
+	for _, o := range left {
+		if n, ok := strings.CutPrefix(o, "pod/"); ok {
+			pods[n] = true
+		}
+	}
+	if len(pods) == 0 {
+		return true
+	}
+	w, err := b.client.CoreV1().Pods(b.o.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: rv.pods})
+	return err == nil && deletedOnWatch(w, pods)
 }

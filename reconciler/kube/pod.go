@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -690,19 +691,27 @@ func (b *PodBackend) podsDeleted(ctx context.Context, c *backend.CheckRun, rv st
 		}
 	}
 	w, err := b.client.CoreV1().Pods(b.o.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: checkSelector(c), ResourceVersion: rv})
-	if err != nil {
-		return false
-	}
+	return err == nil && deletedOnWatch(w, present)
+}
+
+// deletedOnWatch reads w until every object named in present (and any
+// added under the watch's selector since) is deleted: true. It returns
+// false when the watch reports an error or ends first. It stops w.
+func deletedOnWatch(w watch.Interface, present map[string]bool) bool {
 	defer w.Stop()
 	for ev := range w.ResultChan() {
-		p, ok := ev.Object.(*corev1.Pod)
-		switch {
-		case ev.Type == watch.Error || !ok:
+		if ev.Type == watch.Error {
 			return false
-		case ev.Type == watch.Deleted:
-			delete(present, p.Name)
-		case ev.Type == watch.Added:
-			present[p.Name] = true
+		}
+		obj, err := meta.Accessor(ev.Object)
+		if err != nil {
+			return false
+		}
+		switch ev.Type {
+		case watch.Deleted:
+			delete(present, obj.GetName())
+		case watch.Added:
+			present[obj.GetName()] = true
 		}
 		if len(present) == 0 {
 			return true

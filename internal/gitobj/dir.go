@@ -137,14 +137,17 @@ func (d *Dir) forget(names []string) {
 	d.baseMu.Unlock()
 }
 
-// DropResident drops the pages of the mapped packs read so far from the
-// process's resident set (Linux; elsewhere it does nothing). Reading an
-// object afterwards maps its pages again: a reader of the whole history
-// (the audit) calls it now and then, so that its resident set does not
-// grow with the packs' size.
+// DropResident drops the pages of the mapped packs and their indexes read
+// so far from the process's resident set (Linux; elsewhere it does
+// nothing). Reading an object afterwards maps its pages again: a reader
+// of the whole history (the audit, a reconciler's recovery) calls it now
+// and then, so that its resident set does not grow with the packs' size.
+// The indexes count: lookups of every object of a 10^5-run branch (13
+// million objects) touch nearly all of its 364 MB index.
 func (d *Dir) DropResident() {
 	for _, p := range d.packList() {
 		dropResident(p.data)
+		dropResident(p.idxData)
 	}
 }
 

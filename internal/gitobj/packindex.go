@@ -14,6 +14,8 @@ type mappedPack struct {
 	name string
 	data []byte // the pack
 	idx  packIndex
+	// idxData is the whole mapped index (idx slices it).
+	idxData []byte
 	// unmap releases both mappings.
 	unmap func() error
 	// refs, while the pack is being indexed (PackIndexer), finds the
@@ -114,7 +116,7 @@ func mapPack(idxPath, packPath string) (*mappedPack, error) {
 		unmap()
 		return nil, errors.New("not a pack file matching its index")
 	}
-	return &mappedPack{data: data, idx: idx, unmap: unmap}, nil
+	return &mappedPack{data: data, idx: idx, idxData: ib, unmap: unmap}, nil
 }
 
 // offset finds h in the pack's mapped index (a binary search within the

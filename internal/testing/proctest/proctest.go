@@ -7,25 +7,113 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // PeakRSS is this process's peak resident set size in bytes (VmHWM of
 // /proc/self/status).
 func PeakRSS() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
+	f, err := statusFields("VmHWM")
 	if err != nil {
 		return 0, err
 	}
+	return f["VmHWM"], nil
+}
+
+// statusFields reads the named fields (in kB) of /proc/self/status, in
+// bytes.
+func statusFields(names ...string) (map[string]uint64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
+	out := map[string]uint64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		for _, n := range names {
+			if k == n {
+				kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("/proc/self/status: %s: %w", k, err)
+				}
+				out[k] = kb << 10
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return 0, fmt.Errorf("/proc/self/status: no VmHWM")
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("/proc/self/status: no %s", n)
+		}
+	}
+	return out, nil
+}
+
+// RSSPeaks are the largest anonymous and file-backed resident sizes a
+// Sampler saw, in bytes. Anonymous memory is the process's own (heap,
+// stacks); file-backed is mapped files' pages (packs read through mmap),
+// which the kernel can drop and read again under memory pressure.
+type RSSPeaks struct {
+	Anon, File uint64
+}
+
+// Sampler reads RssAnon and RssFile of this process every interval until
+// stopped: VmHWM has no such split.
+type Sampler struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	peak RSSPeaks
+	err  error
+}
+
+// StartSampler starts sampling every interval.
+func StartSampler(interval time.Duration) *Sampler {
+	s := &Sampler{stop: make(chan struct{})}
+	s.sample()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *Sampler) sample() {
+	f, err := statusFields("RssAnon", "RssFile")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.err = err
+		return
+	}
+	s.peak.Anon = max(s.peak.Anon, f["RssAnon"])
+	s.peak.File = max(s.peak.File, f["RssFile"])
+}
+
+// Stop takes a last sample, stops and returns the peaks.
+func (s *Sampler) Stop() (RSSPeaks, error) {
+	close(s.stop)
+	s.wg.Wait()
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak, s.err
 }

@@ -338,14 +338,6 @@ func (a *auditor) walk(ctx context.Context, cp *Checkpoint) error {
 	return a.replay(ctx, "")
 }
 
-// dropResident drops the pages of the packs and indexes read so far from
-// the resident set: they stay in the page cache only.
-func (a *auditor) dropResident() {
-	if d, ok := a.rd.(interface{ dropResident() }); ok {
-		d.dropResident()
-	}
-}
-
 // checkClosed checks the runs closed since the last batch, once their
 // documents are verified, and drops what only their own checks read.
 func (a *auditor) checkClosed() error {
@@ -353,7 +345,9 @@ func (a *auditor) checkClosed() error {
 		return err
 	}
 	a.commitVerdicts()
-	a.dropResident()
+	if d, ok := a.rd.(interface{ dropResident() }); ok {
+		d.dropResident() // the pages of the pack read so far stay in the page cache only
+	}
 	batch := a.closed
 	a.closed = nil
 	a.checkRuns(batch)

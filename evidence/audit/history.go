@@ -17,10 +17,6 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// historyDropEvery is how many commits the history walk reads between
-// two drops of the pages it read (auditor.dropResident).
-const historyDropEvery = 1 << 14
-
 // history reads the first-parent history from the tip back to the root,
 // or, with dir set, back to the last commit holding dir, recording dir's
 // tree in each commit (commitInfo.tree). It stores it oldest first. Each
@@ -36,12 +32,6 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 		}
 		if len(chain) > 0 && len(chain)%progressEvery == 0 {
 			a.progress(PhaseHistory, len(chain), 0)
-		}
-		if len(chain) > 0 && len(chain)%historyDropEvery == 0 {
-			// Each commit is looked up in the index and read from the
-			// pack: without this the walk of a 10^5-run branch left
-			// 400 MB of both resident before the first run was checked.
-			a.dropResident()
 		}
 		if a.base != nil && h == a.base.hash {
 			reached = true

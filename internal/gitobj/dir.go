@@ -145,7 +145,11 @@ func (d *Dir) forget(names []string) {
 // The indexes count: lookups of every object of a 10^5-run branch (13
 // million objects) touch nearly all of its 364 MB index.
 func (d *Dir) DropResident() {
-	for _, p := range d.packList() {
+	// Under d.mu, as forget unmaps: advice on an address range unmapped
+	// and mapped again for something else (the Go heap) would discard it.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.packs {
 		dropResident(p.data)
 		dropResident(p.idxData)
 	}

@@ -12,6 +12,11 @@
 #   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
 #      (<= 5x a bare fork/exec).
 # SCALE_STEPS picks and orders steps 2-4 (default "audit startup local").
+# SCALE_MEMCG, a memory cgroup directory this user may create cgroups in
+# (v1: /sys/fs/cgroup/memory; v2: one with the memory controller enabled
+# for its children), runs the audit inside a child cgroup limited to
+# 1 GiB and the reconciler's restart inside one limited to 256 MiB, the
+# issue's bounds: a run the limit does not hold is killed, and fails.
 # Results go to stdout and to bench-scale-<runs>.log; the benchmarks'
 # whole output to bench-scale-<runs>.<step>.out.
 set -euo pipefail
@@ -34,6 +39,29 @@ trap 'rm -rf "$work"' EXIT
 
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
 
+# memcg NAME BYTES creates (or resets) cgroup NAME under SCALE_MEMCG with
+# memory limit BYTES and prints its directory.
+memcg() {
+	local d=$SCALE_MEMCG/$1
+	mkdir -p "$d"
+	if [ -e "$d/memory.limit_in_bytes" ]; then
+		echo "$2" >"$d/memory.limit_in_bytes"
+		echo 0 >"$d/memory.max_usage_in_bytes"
+	else
+		echo "$2" >"$d/memory.max"
+	fi
+	echo "$d"
+}
+
+# memcg_report DIR prints what the kernel says of cgroup DIR's memory.
+memcg_report() {
+	if [ -e "$1/memory.max_usage_in_bytes" ]; then
+		echo "cgroup $1: limit $(cat "$1/memory.limit_in_bytes") bytes, peak usage $(cat "$1/memory.max_usage_in_bytes") bytes (anonymous and page cache), $(grep -E '^total_rss ' "$1/memory.stat")"
+	else
+		echo "cgroup $1: limit $(cat "$1/memory.max") bytes, peak usage $(cat "$1/memory.peak" 2>/dev/null || echo ?) bytes, $(grep -E '^(oom_kill) ' "$1/memory.events")"
+	fi
+}
+
 : >"$log"
 say "building"
 $GO build -o "$work/signet" ./cmd/signet
@@ -47,8 +75,14 @@ dir=$(sed -n 's/^  "dir": "\(.*\)",$/\1/p' "$work/synth.json")
 
 step_audit() {
 	say "signet audit of the whole branch"
-	/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
+	local cg=""
+	if [ -n "${SCALE_MEMCG:-}" ]; then
+		cg=$(memcg signet-bench-audit $((1 << 30)))
+	fi
+	bash -c 'if [ -n "$1" ]; then echo $$ >"$1/cgroup.procs"; fi; shift; exec "$@"' _ "$cg" \
+		/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
 		--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
+	if [ -n "$cg" ]; then memcg_report "$cg" | tee -a "$log"; fi
 	{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
 	{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
 	{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"
@@ -56,8 +90,13 @@ step_audit() {
 
 step_startup() {
 	say "reconciler start-up"
-	(cd reconciler && SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+	local cg=""
+	if [ -n "${SCALE_MEMCG:-}" ]; then
+		cg=$(memcg signet-bench-restart $((256 << 20)))
+	fi
+	(cd reconciler && SIGNET_BENCH_STARTUP_CGROUP=$cg SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
 		-test.bench '^BenchmarkStartup$' -test.benchtime 1x -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.startup.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+	if [ -n "$cg" ]; then memcg_report "$cg" | tee -a "$log"; fi
 }
 
 step_local() {

@@ -49,38 +49,26 @@ func TestMPIJobCleanupFollowsDeletion(t *testing.T) {
 	}
 	reqs.snapshot()
 
-	done := make(chan error, 1)
-	go func() { done <- b.Cleanup(ctx, c) }()
-	time.Sleep(10 * b.o.PollInterval)
-	select {
-	case err := <-done:
-		t.Fatalf("Cleanup returned (%v) while its MPIJob and pods were still there", err)
-	default:
-	}
 	unhold := []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)
-	for _, name := range pods {
-		_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, types.JSONPatchType, unhold, metav1.PatchOptions{})
-		require.NoError(t, err)
-	}
-	// The garbage collector added its foregroundDeletion finalizer: drop
-	// only the test's.
-	j, err := env.Dynamic().Resource(MPIJobGVR).Namespace(ns).Get(ctx, job.GetName(), metav1.GetOptions{})
-	require.NoError(t, err)
-	var keep []string
-	for _, f := range j.GetFinalizers() {
-		if f != hold {
-			keep = append(keep, f)
+	cleanupHeld(t, func() error { return b.Cleanup(ctx, c) }, b.o.PollInterval, func() {
+		for _, name := range pods {
+			_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, types.JSONPatchType, unhold, metav1.PatchOptions{})
+			require.NoError(t, err)
 		}
-	}
-	j.SetFinalizers(keep)
-	_, err = env.Dynamic().Resource(MPIJobGVR).Namespace(ns).Update(ctx, j, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	select {
-	case err := <-done:
+		// The garbage collector added its foregroundDeletion finalizer:
+		// drop only the test's.
+		j, err := env.Dynamic().Resource(MPIJobGVR).Namespace(ns).Get(ctx, job.GetName(), metav1.GetOptions{})
 		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Cleanup did not see its MPIJob and pods go")
-	}
+		var keep []string
+		for _, f := range j.GetFinalizers() {
+			if f != hold {
+				keep = append(keep, f)
+			}
+		}
+		j.SetFinalizers(keep)
+		_, err = env.Dynamic().Resource(MPIJobGVR).Namespace(ns).Update(ctx, j, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	})
 	counts, _ := reqs.snapshot()
 	// One read of each to delete it, one to start waiting; none again.
 	assert.Regexp(t, `(^|, )list pods=2(,|$)`, counts, "Cleanup listed the pods again while waiting")

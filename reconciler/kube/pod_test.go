@@ -633,29 +633,39 @@ func TestPodCleanupFollowsDeletion(t *testing.T) {
 	require.NoError(t, err)
 	reqs.snapshot()
 
-	done := make(chan error, 1)
-	go func() { done <- b.Cleanup(ctx, c) }()
-	time.Sleep(10 * b.o.PollInterval)
-	select {
-	case err := <-done:
-		t.Fatalf("Cleanup returned (%v) while its pods were still there", err)
-	default:
-	}
-	for i := range c.Participants {
-		_, err := env.Client.CoreV1().Pods("default").Patch(ctx, podName(c.Run, c.Index, i), types.JSONPatchType,
-			[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
-		require.NoError(t, err)
-	}
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Cleanup did not see its pods go")
-	}
+	cleanupHeld(t, func() error { return b.Cleanup(ctx, c) }, b.o.PollInterval, func() {
+		for i := range c.Participants {
+			_, err := env.Client.CoreV1().Pods("default").Patch(ctx, podName(c.Run, c.Index, i), types.JSONPatchType,
+				[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			require.NoError(t, err)
+		}
+	})
 	counts, _ := reqs.snapshot()
 	assert.Regexp(t, `(^|, )list pods=1(,|$)`, counts, "Cleanup listed the pods again while waiting")
 	assert.Regexp(t, `(^|, )watch pods=1(,|$)`, counts, "Cleanup did not follow the pods on one watch")
 	l, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: checkSelector(c)})
 	require.NoError(t, err)
 	assert.Empty(t, l.Items)
+}
+
+// cleanupHeld runs cleanup while the objects it deletes are held by a
+// finalizer: it must not return within ten poll intervals; then release
+// lets them go, and it must return without error within 30 s.
+func cleanupHeld(t *testing.T, cleanup func() error, poll time.Duration, release func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cleanup() }()
+	time.Sleep(10 * poll)
+	select {
+	case err := <-done:
+		t.Fatalf("Cleanup returned (%v) while what it deletes was still there", err)
+	default:
+	}
+	release()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Cleanup did not see what it deletes go")
+	}
 }

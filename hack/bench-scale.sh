@@ -16,7 +16,8 @@
 # (v1: /sys/fs/cgroup/memory; v2: one with the memory controller enabled
 # for its children), runs the audit inside a child cgroup limited to
 # 1 GiB and the reconciler's restart inside one limited to 256 MiB, the
-# issue's bounds: a run the limit does not hold is killed, and fails.
+# issue's bounds: a run whose own memory the limit does not hold is
+# killed, and fails; one whose page cache does not fit thrashes (slow).
 # Results go to stdout and to bench-scale-<runs>.log; the benchmarks'
 # whole output to bench-scale-<runs>.<step>.out.
 set -euo pipefail

@@ -203,7 +203,7 @@ func TestFaultStallBoundsOpenAndRefresh(t *testing.T) {
 // TestFaultFirstFetchOutlastsTimeout: a new store's first fetch brings the
 // whole branch, which on a long branch takes longer than Timeout, the
 // bound of one append (issue 19: a new reconciler could not open a
-// 10^5-run branch, a 1.7 GB fetch, within the 2 minutes its appends get,
+// 10^5-run branch, a 1.4 GB pack, within the 2 minutes its appends get,
 // and so restarted forever). Through a link so slow that the fetch takes
 // several Timeouts, Open succeeds: the remote never goes quiet for a
 // Timeout. A remote that goes quiet in the middle of the pack is given up

@@ -26,9 +26,9 @@ type stallGuard struct {
 	limit time.Duration
 }
 
-// newStallGuard returns ctx with a guard that cancels it with a
-// *StalledError. The timer starts stopped: wait arms it. stop releases
-// the guard.
+// newStallGuard returns a context derived from parent, a guard that
+// cancels it with a *StalledError, and a func that releases both. The
+// guard's timer starts stopped: arm starts it.
 func newStallGuard(parent context.Context, limit time.Duration) (context.Context, *stallGuard, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	g := &stallGuard{limit: limit}

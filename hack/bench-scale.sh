@@ -10,7 +10,9 @@
 #   3. BenchmarkStartup: a reconciler's start-up and one no-op pass on it,
 #      from an empty state directory and again on its state (<= 256 MiB);
 #   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
-#      (<= 5x a bare fork/exec).
+#      (<= 5x a bare fork/exec), SCALE_LOCAL_COUNT rounds (default 1: each
+#      round fetches the whole branch twice, more than half an hour at
+#      10^5 on two cores).
 # SCALE_STEPS picks and orders steps 2-4 (default "audit startup local").
 # SCALE_MEMCG, a memory cgroup directory this user may create cgroups in
 # (v1: /sys/fs/cgroup/memory; v2: one with the memory controller enabled
@@ -103,7 +105,7 @@ step_startup() {
 step_local() {
 	say "local check overhead"
 	(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
-		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count 3 -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count "${SCALE_LOCAL_COUNT:-1}" -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
 }
 
 for step in $steps; do

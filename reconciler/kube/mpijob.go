@@ -312,12 +312,7 @@ func (b *MPIJobBackend) deletedOnWatches(ctx context.Context, c *backend.CheckRu
 			return false
 		}
 	}
-	pods := map[string]bool{}
-	for _, o := range left {
-		if n, ok := strings.CutPrefix(o, "pod/"); ok {
-			pods[n] = true
-		}
-	}
+	pods := podsIn(left)
 	if len(pods) == 0 {
 		return true
 	}

@@ -684,14 +684,19 @@ func isConfigMap(obj string) bool { return strings.HasPrefix(obj, "configmap/") 
 // expired resourceVersion, a closed connection, ctx done); the caller
 // lists again.
 func (b *PodBackend) podsDeleted(ctx context.Context, c *backend.CheckRun, rv string, left []string) bool {
-	present := map[string]bool{}
+	w, err := b.client.CoreV1().Pods(b.o.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: checkSelector(c), ResourceVersion: rv})
+	return err == nil && deletedOnWatch(w, podsIn(left))
+}
+
+// podsIn is the set of pod names among Cleanup's "kind/NAME" entries.
+func podsIn(left []string) map[string]bool {
+	pods := map[string]bool{}
 	for _, o := range left {
 		if name, ok := strings.CutPrefix(o, "pod/"); ok {
-			present[name] = true
+			pods[name] = true
 		}
 	}
-	w, err := b.client.CoreV1().Pods(b.o.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: checkSelector(c), ResourceVersion: rv})
-	return err == nil && deletedOnWatch(w, present)
+	return pods
 }
 
 // deletedOnWatch reads w until every object named in present (and any

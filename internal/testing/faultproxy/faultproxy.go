@@ -352,11 +352,10 @@ func trickle(dst io.Writer, src io.Reader, n int64, pause time.Duration) error {
 		if !first {
 			time.Sleep(pause)
 		}
-		k, err := io.CopyN(dst, src, n)
-		if err == io.EOF || (err == nil && k < n) {
-			return nil
-		}
-		if err != nil {
+		if _, err := io.CopyN(dst, src, n); err != nil {
+			if err == io.EOF {
+				return nil
+			}
 			return err
 		}
 	}

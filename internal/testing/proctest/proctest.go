@@ -79,9 +79,7 @@ type Sampler struct {
 func StartSampler(interval time.Duration) *Sampler {
 	s := &Sampler{stop: make(chan struct{})}
 	s.sample()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -92,7 +90,7 @@ func StartSampler(interval time.Duration) *Sampler {
 				s.sample()
 			}
 		}
-	}()
+	})
 	return s
 }
 

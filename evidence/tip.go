@@ -32,6 +32,24 @@ func (s *Store) Tip() string {
 	return s.tip.String()
 }
 
+// Descends reports whether the store's tip is anc or descends from it.
+// It reads commits only, walking back from the tip: a "yes" reads the
+// commits appended since anc, a "no" the whole history.
+func (s *Store) Descends(anc string) (bool, error) {
+	if !IsCommitHash(anc) {
+		return false, fmt.Errorf("evidence: %q is not a commit hash (40 lowercase hex)", anc)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, errors.New("evidence: store is closed")
+	}
+	if s.tip.IsZero() {
+		return false, nil
+	}
+	return descends(s.objs, s.tip, plumbing.NewHash(anc), plumbing.ZeroHash)
+}
+
 // Refresh fetches the branch. It fails with ErrRolledBack, and keeps the
 // old tip, when the remote tip does not descend from the last known one.
 func (s *Store) Refresh(ctx context.Context) error {

@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -81,14 +82,25 @@ func (e *env) build(cfg *reconciler.Config) *reconciler.Reconciler {
 // so that another reconciler can take over.
 func (e *env) buildStoppable(cfg *reconciler.Config) (*reconciler.Reconciler, func()) {
 	e.t.Helper()
+	return e.buildStoppableWith(cfg, reconciler.Options{Now: e.now}, nil)
+}
+
+// buildStoppableWith is buildStoppable with options o and, when logTo is
+// not nil, the reconciler's log written there too.
+func (e *env) buildStoppableWith(cfg *reconciler.Config, o reconciler.Options, logTo io.Writer) (*reconciler.Reconciler, func()) {
+	e.t.Helper()
 	sec, err := reconciler.LoadSecrets(cfg)
 	require.NoError(e.t, err)
 	level := slog.LevelWarn
 	if os.Getenv("SIGNET_TEST_LOG") != "" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: level}))
-	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, reconciler.Options{Now: e.now})
+	var w io.Writer = testWriter{e.t}
+	if logTo != nil {
+		w = io.MultiWriter(w, logTo)
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, o)
 	require.NoError(e.t, err)
 	var once sync.Once
 	stop := func() {

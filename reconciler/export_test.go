@@ -1,5 +1,9 @@
 package reconciler
 
+// FinishedRecordFile is the record of finished runs' file name in the
+// state directory.
+const FinishedRecordFile = finishedRecordFile
+
 // ReportFiles is the daemon's /report/ handler, for tests that serve a
 // report directory without a daemon.
 var ReportFiles = reportFiles

@@ -539,6 +539,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 			rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(b)}
 			rs.phase = evidence.PhaseDone
 			rs.mu.Unlock()
+			r.receipts.Add(1)
 			return nil
 		} else if !errors.Is(err, evidence.ErrNotFound) {
 			return err
@@ -576,6 +577,7 @@ func (r *Reconciler) writeReceipt(ctx context.Context, rs *runState) error {
 		rs.receipt = &evidence.FileRef{Path: p, Digest: specs.DigestOf(f.Data)}
 		rs.phase = evidence.PhaseDone
 		rs.mu.Unlock()
+		r.receipts.Add(1)
 		r.log.Info("receipt written", "run", rs.id, "sequence", rc.Sequence, "verdict", rc.Verdict)
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"signet.dev/signet/evidence"
@@ -67,6 +68,11 @@ type Reconciler struct {
 	ready    bool
 	// passes is how many reconcile passes have started.
 	passes int64
+	// recovered is how Recover found the cluster's runs.
+	recovered RecoveryCounts
+	// receipts counts the receipts this reconciler wrote; recordedAt is
+	// the count at the last record of finished runs (finishedrecord.go).
+	receipts, recordedAt atomic.Int64
 	// trigger holds at most one pending pass asked for from outside
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
@@ -190,6 +196,7 @@ func (r *Reconciler) Start(ctx context.Context) {
 				r.log.Error("reconcile failed", "error", err)
 			}
 			r.askReport()
+			r.recordFinished(false)
 			select {
 			case <-ctx.Done():
 				return
@@ -253,10 +260,35 @@ func (r *Reconciler) Close(ctx context.Context) error {
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		r.recordFinished(true)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Recovered says how Recover found the cluster's runs.
+func (r *Reconciler) Recovered() RecoveryCounts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.recovered
+}
+
+// recordFinished writes the record of finished runs when this reconciler
+// wrote a receipt since the last one and, unless final, at least
+// finishedRecordEvery of them. A failure is logged: the record only saves
+// reading runs at the next start.
+func (r *Reconciler) recordFinished(final bool) {
+	n := r.receipts.Load()
+	since := n - r.recordedAt.Load()
+	if since == 0 || !r.Ready() || (!final && since < finishedRecordEvery) {
+		return
+	}
+	if err := r.writeFinishedRecord(); err != nil {
+		r.log.Warn("writing the record of finished runs", "error", err)
+		return
+	}
+	r.recordedAt.Store(n)
 }
 
 // Wait blocks until run id (admitted or recovered by this reconciler) has

@@ -16,66 +16,123 @@ import (
 
 // Recover reads the evidence branch and resumes every admitted run of this
 // cluster that has no receipt, and re-establishes the holds of runs that
-// retain nodes. It reads only the evidence branch (DESIGN §5).
+// retain nodes. It reads only the evidence branch (DESIGN §5), and the
+// record of finished runs in the state directory, checked against it
+// (finishedrecord.go): a run the record names is not read again.
 func (r *Reconciler) Recover(ctx context.Context) error {
 	if err := r.store.Refresh(ctx); err != nil {
 		return fmt.Errorf("evidence branch: %w", err)
 	}
-	base := evidence.IndexDir(r.cfg.Cluster)
-	shards, err := r.store.ReadDir(ctx, base)
-	if errors.Is(err, evidence.ErrNotFound) {
-		if err := r.repairReservations(ctx); err != nil {
-			return err
-		}
-		r.setReady()
-		return nil
+	recorded, err := r.readFinishedRecord()
+	if err != nil {
+		r.log.Warn("not using the record of finished runs: reading every run from the evidence branch", "error", err)
+		recorded = nil
 	}
+	ids, err := r.indexedRuns(ctx)
 	if err != nil {
 		return err
 	}
-	resumed, read := 0, 0
-	for _, shard := range shards {
-		ids, err := r.store.ReadDir(ctx, path.Join(base, shard))
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if read++; read%recoverDropEvery == 0 {
-				// The mapped pack pages read so far leave the resident
-				// set: recovery reads every run once.
-				r.store.DropResident()
-			}
-			rs, err := r.readRun(ctx, id)
-			var fo *firedOnlyError
-			if errors.As(err, &fo) {
-				// Admitted by the first pass that reads its standing
-				// certification; never decided again.
-				r.claim(fo.fired)
-				r.log.Info("fired run awaits admission", "run", id)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("run %s: %w", id, err)
-			}
-			if rs.receipt != nil {
-				r.keepFinished(rs)
-				continue
-			}
-			if err := r.holds.reserve(rs.id, rs.nodeNames()); err != nil {
-				return fmt.Errorf("run %s: %w", id, err)
-			}
-			r.log.Info("resuming run", "run", rs.id)
-			r.startRun(rs)
-			resumed++
-		}
+	if missing := notIndexed(recorded, ids); missing != "" {
+		r.log.Warn("not using the record of finished runs: reading every run from the evidence branch",
+			"error", fmt.Sprintf("%s names run %s, which is not in the evidence branch's index %s", r.finishedRecordPath(), missing, evidence.IndexDir(r.cfg.Cluster)))
+		recorded = nil
 	}
+	resumed, read := 0, 0
+	for _, id := range ids {
+		if fr, ok := recorded[id]; ok {
+			r.mu.Lock()
+			r.finished[id] = fr
+			r.mu.Unlock()
+			continue
+		}
+		if read++; read%recoverDropEvery == 0 {
+			// The mapped pack pages read so far leave the resident
+			// set: recovery reads every run once.
+			r.store.DropResident()
+		}
+		rs, err := r.readRun(ctx, id)
+		var fo *firedOnlyError
+		if errors.As(err, &fo) {
+			// Admitted by the first pass that reads its standing
+			// certification; never decided again.
+			r.claim(fo.fired)
+			r.log.Info("fired run awaits admission", "run", id)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		if rs.receipt != nil {
+			r.keepFinished(rs)
+			continue
+		}
+		if err := r.holds.reserve(rs.id, rs.nodeNames()); err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		r.log.Info("resuming run", "run", rs.id)
+		r.startRun(rs)
+		resumed++
+	}
+	r.mu.Lock()
+	r.recovered = RecoveryCounts{Recorded: len(recorded), Read: read}
+	r.mu.Unlock()
 	if err := r.repairReservations(ctx); err != nil {
 		return err
 	}
 	r.store.DropResident()
-	r.log.Info("recovery done", "resumed", resumed)
+	if err := r.writeFinishedRecord(); err != nil {
+		r.log.Warn("writing the record of finished runs", "error", err)
+	}
+	r.recordedAt.Store(r.receipts.Load())
+	r.log.Info("recovery done", "resumed", resumed, "recorded", len(recorded), "read", read)
 	r.setReady()
 	return nil
+}
+
+// RecoveryCounts says how Recover found the runs of its cluster: from the
+// record of finished runs, or read from the evidence branch.
+type RecoveryCounts struct {
+	Recorded, Read int
+}
+
+// indexedRuns lists the run IDs in the cluster's run-ID index, shard by
+// shard; none when the cluster has no index yet.
+func (r *Reconciler) indexedRuns(ctx context.Context) ([]string, error) {
+	base := evidence.IndexDir(r.cfg.Cluster)
+	shards, err := r.store.ReadDir(ctx, base)
+	if errors.Is(err, evidence.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, shard := range shards {
+		in, err := r.store.ReadDir(ctx, path.Join(base, shard))
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, in...)
+	}
+	return ids, nil
+}
+
+// notIndexed returns a run of recorded that ids lacks, "" when none does.
+func notIndexed(recorded map[string]*finishedRun, ids []string) string {
+	if len(recorded) == 0 {
+		return ""
+	}
+	in := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		in[id] = struct{}{}
+	}
+	missing := ""
+	for id := range recorded {
+		if _, ok := in[id]; !ok && (missing == "" || id < missing) {
+			missing = id
+		}
+	}
+	return missing
 }
 
 // recoverDropEvery is how many runs recovery reads between two drops of

@@ -1,0 +1,170 @@
+package reconciler_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/testing/gittest"
+	"signet.dev/signet/internal/testing/syncbuf"
+	"signet.dev/signet/internal/testing/testenv"
+	"signet.dev/signet/reconciler"
+	"signet.dev/signet/specs"
+)
+
+// TestRestartReadsFinishedRunsFromRecord: a restarted reconciler takes
+// the finished runs that retain nothing from the record in its state
+// directory and reads from the evidence branch only the others: a run
+// that retains its node, and the runs finished after the record it finds
+// was written (a crash lost the last one). A record changed on disk is
+// not used: every run is read again, and the certification sweep answers
+// what the branch says, not what the changed record says; nor is a whole
+// record naming a run the branch's index lacks.
+func TestRestartReadsFinishedRunsFromRecord(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
+	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
+	e.repo.AddRequest("a-pass", "passing")
+	e.repo.Commit("first")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"a-pass")
+	r0, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{}, r0.Recovered())
+	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["a-pass"].Verdict)
+	stop()
+	record := filepath.Join(e.state, reconciler.FinishedRecordFile)
+	saved, err := os.ReadFile(record)
+	require.NoError(t, err, "a reconciler that stops writes the record of its finished runs")
+	require.Equal(t, os.FileMode(0o600), fileMode(t, record))
+
+	r1, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Recorded: 1}, r1.Recovered(), "the recorded run is not read again")
+	assert.True(t, r1.Vouched("a-pass", e.host, "passing"), "a recorded run vouches for its node's certification")
+	e.repo.AddRequest("c-pass", "passing")
+	e.repo.Commit("second")
+	e.repo.Approve(e.keys.ApproverFile, "", requestRef+"c-pass")
+	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r1)["c-pass"].Verdict)
+	e.repo.AddRequest("b-fail", "failing")
+	e.repo.Commit("third")
+	e.repo.Approve(e.keys.ApproverFile, "", requestRef+"b-fail")
+	require.Equal(t, specs.VerdictFail, e.reconcileAndWait(r1)["b-fail"].Verdict)
+	stop()
+
+	r2, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Recorded: 2, Read: 1}, r2.Recovered(),
+		"a-pass and c-pass come from the record; b-fail retains its node and is read from the branch")
+	assert.Equal(t, "b-fail", r2.Status().Holds[e.host], "the retained node is held")
+	stop()
+
+	// A crash lost the last record: the runs finished since the one
+	// found are read from the branch.
+	require.NoError(t, os.WriteFile(record, saved, 0o600))
+	r3, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Recorded: 1, Read: 2}, r3.Recovered())
+	assert.True(t, r3.Vouched("c-pass", e.host, "passing"))
+	stop()
+
+	// A record changed on disk (a-pass's profile, the first run in it)
+	// is not used.
+	b, err := os.ReadFile(record)
+	require.NoError(t, err)
+	changed := bytes.Replace(b, []byte(`"profile":"passing"`), []byte(`"profile":"failing"`), 1)
+	require.NotEqual(t, b, changed)
+	require.NoError(t, os.WriteFile(record, changed, 0o600))
+	r4, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Read: 3}, r4.Recovered(), "a changed record was used")
+	assert.False(t, r4.Vouched("a-pass", e.host, "failing"), "the changed record's word was taken")
+	assert.True(t, r4.Vouched("a-pass", e.host, "passing"))
+	assert.Equal(t, "b-fail", r4.Status().Holds[e.host])
+	stop()
+
+	// A whole record (its trailer's hash recomputed) naming a run the
+	// branch's index lacks is not used.
+	ghost := fmt.Sprintf(`{"run":"ghost","dir":%q,"profile":"passing","released":[%q]}`, evidence.RunDir(cluster, "ghost", time.Now()), e.host)
+	require.NoError(t, os.WriteFile(record, withEntry(t, saved, ghost), 0o600))
+	r5 := e.build(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Read: 3}, r5.Recovered(), "a record naming a run not on the branch was used")
+	assert.False(t, r5.Vouched("ghost", e.host, "passing"), "a run not on the branch vouches for a certification")
+}
+
+// withEntry returns record (header, entries, trailer) with the entry line
+// added last, its header's count and its trailer's hash made to match.
+func withEntry(t *testing.T, record []byte, entry string) []byte {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(string(record), "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 2)
+	var hdr map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
+	hdr["runs"] = hdr["runs"].(float64) + 1
+	h, err := json.Marshal(hdr)
+	require.NoError(t, err)
+	body := string(h) + "\n" + strings.Join(lines[1:len(lines)-1], "\n")
+	if len(lines) > 2 {
+		body += "\n"
+	}
+	body += entry + "\n"
+	sum := sha256.Sum256([]byte(body))
+	return []byte(body + `{"sha256":"` + hex.EncodeToString(sum[:]) + `"}` + "\n")
+}
+
+// TestRecordOfAnotherHistoryNotUsed performs the rewrite a record must
+// not survive: run x passed on one history of the evidence branch, which
+// was then rewound (its state directory's evidence mirror lost, the
+// rewound tip accepted as current) and x run again and failed. A record
+// taken on the first history (it vouches for x's node) is refused, its
+// tip not being an ancestor of the branch, so x is read from the branch:
+// no certification vouched, its node retained.
+func TestRecordOfAnotherHistoryNotUsed(t *testing.T) {
+	e := newEnv(t)
+	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
+	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
+	e.repo.AddRequest("warmup", "passing")
+	e.repo.Commit("first")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"warmup")
+	r0, stop := e.buildStoppable(e.config())
+	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["warmup"].Verdict)
+	rewound := e.evidenceTip("")
+	e.repo.AddRequest("x", "passing")
+	e.repo.Commit("x passes")
+	e.repo.Approve(e.keys.ApproverFile, "", requestRef+"x")
+	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["x"].Verdict)
+	stop()
+	record := filepath.Join(e.state, reconciler.FinishedRecordFile)
+	first, err := os.ReadFile(record)
+	require.NoError(t, err)
+	require.Contains(t, string(first), `"run":"x"`)
+
+	gittest.Git(t, e.repo.Dir, "update-ref", "refs/heads/"+evidence.DefaultBranch, rewound)
+	require.NoError(t, os.RemoveAll(filepath.Join(e.state, "evidence")))
+	e.repo.AddRequest("x", "failing")
+	e.repo.Commit("x fails")
+	e.repo.Approve(e.keys.ApproverFile, "", requestRef+"x")
+	r1, stop := e.buildStoppableWith(e.config(), reconciler.Options{AcceptCurrentTip: true}, nil)
+	require.Equal(t, specs.VerdictFail, e.reconcileAndWait(r1)["x"].Verdict)
+	stop()
+
+	require.NoError(t, os.WriteFile(record, first, 0o600))
+	var log syncbuf.Buffer
+	r2, _ := e.buildStoppableWith(e.config(), reconciler.Options{}, &log)
+	assert.Equal(t, reconciler.RecoveryCounts{Read: 2}, r2.Recovered(), "a record of another history was used")
+	assert.False(t, r2.Vouched("x", e.host, "passing"), "the other history's passing x vouches here")
+	assert.Equal(t, "x", r2.Status().Holds[e.host], "x's node is not retained")
+	assert.Contains(t, log.String(), "does not descend from", "the refusal says why")
+}
+
+func fileMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	return fi.Mode().Perm()
+}

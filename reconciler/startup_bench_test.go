@@ -51,6 +51,9 @@ type startupFigures struct {
 	// every 100 ms: the process's own memory, and mapped pack pages.
 	PeakAnonBytes uint64 `json:"peakAnonBytes"`
 	PeakFileBytes uint64 `json:"peakFileBytes"`
+	// Recovered: how many runs Recover took from the record of finished
+	// runs, and how many it read from the branch.
+	Recovered reconciler.RecoveryCounts `json:"recovered"`
 }
 
 // BenchmarkStartup is a reconciler's start-up (Build, Recover) and one
@@ -63,7 +66,8 @@ type startupFigures struct {
 // the pass), peak-RSS-MiB and heap-KiB/run (live heap over N) of a start
 // with an empty state directory, and restart-startup-s, restart-heap-MiB
 // and restart-peak-RSS-MiB of a second child on the state the first
-// left; peak-anon-MiB and peak-file-MiB (and restart-…) split the
+// left (restart-read-runs: the runs it read from the branch, not from
+// the record of finished runs the first wrote); peak-anon-MiB and peak-file-MiB (and restart-…) split the
 // resident set into the process's own memory and mapped pack pages.
 // SIGNET_BENCH_STARTUP_HEAP and SIGNET_BENCH_STARTUP_CPU name files for
 // the heap (after the pass) and CPU profiles of the last child.
@@ -145,7 +149,10 @@ func BenchmarkStartup(b *testing.B) {
 	b.ReportMetric(float64(fig.HeapBytes)/mib, "heap-MiB")
 	b.ReportMetric(float64(fig.PeakRSSBytes)/mib, "peak-RSS-MiB")
 	b.ReportMetric(float64(fig.HeapBytes)/1024/float64(s.Runs), "heap-KiB/run")
+	require.Equal(b, s.Runs, fig.Recovered.Read, "the first start reads every run")
+	require.Equal(b, s.Runs, restart.Recovered.Recorded+restart.Recovered.Read, "the restart found every run")
 	b.ReportMetric(restart.StartupSeconds, "restart-startup-s")
+	b.ReportMetric(float64(restart.Recovered.Read), "restart-read-runs")
 	b.ReportMetric(float64(restart.HeapBytes)/mib, "restart-heap-MiB")
 	b.ReportMetric(float64(restart.PeakRSSBytes)/mib, "restart-peak-RSS-MiB")
 	b.ReportMetric(float64(fig.PeakAnonBytes)/mib, "peak-anon-MiB")
@@ -201,7 +208,7 @@ func TestStartupChild(t *testing.T) {
 	split, err := sampler.Stop()
 	require.NoError(t, err)
 	fig := startupFigures{StartupSeconds: startup.Seconds(), PassSeconds: pass.Seconds(), HeapBytes: ms.HeapAlloc, PeakRSSBytes: peak,
-		PeakAnonBytes: split.Anon, PeakFileBytes: split.File}
+		PeakAnonBytes: split.Anon, PeakFileBytes: split.File, Recovered: r.Recovered()}
 	b, err := json.Marshal(fig)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(job.Out, b, 0o644))

@@ -35,3 +35,7 @@ func (r *Reconciler) CheckDocsHeld(run string) int {
 	defer rs.mu.Unlock()
 	return len(rs.checkDocs)
 }
+
+// FoldReads is how many finished runs the standing pool's history read
+// from the evidence branch (foldFinished).
+func (r *Reconciler) FoldReads() int64 { return r.foldReads.Load() }

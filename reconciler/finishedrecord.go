@@ -38,8 +38,14 @@ import (
 // The record is as trusted as the rest of the state directory (the
 // remembered tip, the mirror): the reconciler's own, mode 0700.
 //
+// It also keeps the standing pool's history of those runs: which runs'
+// node runs were folded into Reconciler.latest (foldFinished), and the
+// latest node runs themselves, so that the first standing pass after a
+// restart does not read every run of its profile again either.
+//
 // Format, one JSON object a line: a header (finishedRecordHeader), one
-// line a run (finishedRecordEntry) sorted by run ID, and a trailer
+// line a run (finishedRecordEntry) sorted by run ID, one line a latest
+// node run (evidence.NodeRun, by profile and node), and a trailer
 // (finishedRecordTrailer).
 
 // finishedRecordFile is the record's file name in Config.StateDir.
@@ -49,9 +55,10 @@ const finishedRecordFile = "finished-runs.jsonl"
 const finishedRecordVersion = 1
 
 // finishedRecordEvery is how many receipts the reconciler writes between
-// two records while it runs (besides one after recovery and one at Close):
-// a restart after a crash reads at most about that many finished runs
-// from the branch again.
+// two records while it runs (besides one after recovery, one after a pass
+// that folded runs into the standing pool's history, and one at Close): a
+// restart after a crash reads at most about that many finished runs from
+// the branch again.
 const finishedRecordEvery = 1024
 
 type finishedRecordHeader struct {
@@ -61,6 +68,8 @@ type finishedRecordHeader struct {
 	Key     string `json:"key"`
 	Tip     string `json:"tip"`
 	Runs    int    `json:"runs"`
+	// NodeRuns: how many latest node runs follow the runs.
+	NodeRuns int `json:"nodeRuns"`
 }
 
 type finishedRecordEntry struct {
@@ -68,6 +77,8 @@ type finishedRecordEntry struct {
 	Dir      string   `json:"dir"`
 	Profile  string   `json:"profile"`
 	Released []string `json:"released"`
+	// Folded: its node runs are in the record's latest node runs.
+	Folded bool `json:"folded,omitempty"`
 }
 
 type finishedRecordTrailer struct {
@@ -83,38 +94,54 @@ func (r *Reconciler) finishedRecordPath() string {
 	return filepath.Join(r.cfg.StateDir, finishedRecordFile)
 }
 
-// readFinishedRecord reads the record for this reconciler. It returns nil
-// and no error when there is none, and an error saying why when the
-// record cannot be used (Recover then reads every run).
-func (r *Reconciler) readFinishedRecord() (map[string]*finishedRun, error) {
+// finishedRecord is a record of finished runs as read.
+type finishedRecord struct {
+	runs   map[string]*finishedRun
+	latest []evidence.NodeRun
+}
+
+// readFinishedRecord reads the record for this reconciler. It returns an
+// empty record and no error when there is none, and an error saying why
+// when the record cannot be used (Recover then reads every run).
+func (r *Reconciler) readFinishedRecord() (finishedRecord, error) {
 	p := r.finishedRecordPath()
 	if p == "" {
-		return nil, nil
+		return finishedRecord{}, nil
 	}
 	f, err := os.Open(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return finishedRecord{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return finishedRecord{}, err
 	}
 	defer f.Close()
+	rec, err := r.parseFinishedRecord(p, f)
+	if err != nil {
+		return finishedRecord{}, err
+	}
+	return rec, nil
+}
+
+// parseFinishedRecord reads the record at p from f and checks it against
+// this reconciler and its evidence branch.
+func (r *Reconciler) parseFinishedRecord(p string, f io.Reader) (finishedRecord, error) {
 	sum := sha256.New()
 	br := bufio.NewReaderSize(f, 64<<10)
 	var hdr finishedRecordHeader
 	if err := readRecordLine(br, sum, &hdr); err != nil {
-		return nil, fmt.Errorf("%s: header: %w", p, err)
+		return finishedRecord{}, fmt.Errorf("%s: header: %w", p, err)
 	}
 	want := finishedRecordHeader{
 		Version: finishedRecordVersion, Store: r.store.ID(), Cluster: r.cfg.Cluster, Key: r.key.KeyID(),
-		Tip: hdr.Tip, Runs: hdr.Runs,
+		Tip: hdr.Tip, Runs: hdr.Runs, NodeRuns: hdr.NodeRuns,
 	}
 	if hdr != want {
-		return nil, fmt.Errorf("%s: written for version %d, evidence branch %s, cluster %q, key %s; this reconciler is version %d, %s, %q, %s",
+		return finishedRecord{}, fmt.Errorf("%s: written for version %d, evidence branch %s, cluster %q, key %s; this reconciler is version %d, %s, %q, %s",
 			p, hdr.Version, hdr.Store, hdr.Cluster, hdr.Key, want.Version, want.Store, want.Cluster, want.Key)
 	}
-	if !evidence.IsCommitHash(hdr.Tip) || hdr.Runs < 0 {
-		return nil, fmt.Errorf("%s: header: tip %q, runs %d", p, hdr.Tip, hdr.Runs)
+	if !evidence.IsCommitHash(hdr.Tip) || hdr.Runs < 0 || hdr.NodeRuns < 0 {
+		return finishedRecord{}, fmt.Errorf("%s: header: tip %q, runs %d, node runs %d", p, hdr.Tip, hdr.Runs, hdr.NodeRuns)
 	}
 	runs := make(map[string]*finishedRun, hdr.Runs)
 	prev := ""
@@ -123,43 +150,54 @@ func (r *Reconciler) readFinishedRecord() (map[string]*finishedRun, error) {
 	for i := range hdr.Runs {
 		var e finishedRecordEntry
 		if err := readRecordLine(br, sum, &e); err != nil {
-			return nil, fmt.Errorf("%s: run %d: %w", p, i+1, err)
+			return finishedRecord{}, fmt.Errorf("%s: run %d: %w", p, i+1, err)
 		}
 		rp, ok := evidence.ParsePath(e.Dir)
 		switch {
 		case e.Run <= prev:
-			return nil, fmt.Errorf("%s: run %d: %q is not after %q (runs are sorted, each once)", p, i+1, e.Run, prev)
+			return finishedRecord{}, fmt.Errorf("%s: run %d: %q is not after %q (runs are sorted, each once)", p, i+1, e.Run, prev)
 		case !ok || rp.Kind != evidence.KindRunDir || rp.Cluster != r.cfg.Cluster || rp.Run != e.Run:
-			return nil, fmt.Errorf("%s: run %s: %q is not a run directory of run %s in cluster %q", p, e.Run, e.Dir, e.Run, r.cfg.Cluster)
+			return finishedRecord{}, fmt.Errorf("%s: run %s: %q is not a run directory of run %s in cluster %q", p, e.Run, e.Dir, e.Run, r.cfg.Cluster)
 		case e.Profile == "":
-			return nil, fmt.Errorf("%s: run %s: no profile", p, e.Run)
+			return finishedRecord{}, fmt.Errorf("%s: run %s: no profile", p, e.Run)
 		}
 		prev = e.Run
-		fr := &finishedRun{dir: e.Dir, profile: r.intern(e.Profile), released: make([]string, len(e.Released))}
+		fr := &finishedRun{dir: e.Dir, profile: r.intern(e.Profile), released: make([]string, len(e.Released)), folded: e.Folded}
 		for j, n := range e.Released {
 			fr.released[j] = r.intern(n)
 		}
 		runs[e.Run] = fr
 	}
+	latest := make([]evidence.NodeRun, 0, hdr.NodeRuns)
+	for i := range hdr.NodeRuns {
+		var nr evidence.NodeRun
+		if err := readRecordLine(br, sum, &nr); err != nil {
+			return finishedRecord{}, fmt.Errorf("%s: node run %d: %w", p, i+1, err)
+		}
+		if fr := runs[nr.Run]; fr == nil || !fr.folded || fr.profile != nr.Profile {
+			return finishedRecord{}, fmt.Errorf("%s: node run %d: run %s of profile %q is not a folded run of the record", p, i+1, nr.Run, nr.Profile)
+		}
+		latest = append(latest, nr)
+	}
 	got := hex.EncodeToString(sum.Sum(nil))
 	var tr finishedRecordTrailer
 	if err := readRecordLine(br, nil, &tr); err != nil {
-		return nil, fmt.Errorf("%s: trailer: %w", p, err)
+		return finishedRecord{}, fmt.Errorf("%s: trailer: %w", p, err)
 	}
 	if tr.SHA256 != got {
-		return nil, fmt.Errorf("%s: its lines hash to sha256 %s, its trailer says %s", p, got, tr.SHA256)
+		return finishedRecord{}, fmt.Errorf("%s: its lines hash to sha256 %s, its trailer says %s", p, got, tr.SHA256)
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
-		return nil, fmt.Errorf("%s: data after the trailer", p)
+		return finishedRecord{}, fmt.Errorf("%s: data after the trailer", p)
 	}
 	ok, err := r.store.Descends(hdr.Tip)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tip %s: %w", p, hdr.Tip, err)
+		return finishedRecord{}, fmt.Errorf("%s: tip %s: %w", p, hdr.Tip, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%s: taken at %s, which the evidence branch at %s does not descend from", p, hdr.Tip, r.store.Tip())
+		return finishedRecord{}, fmt.Errorf("%s: taken at %s, which the evidence branch at %s does not descend from", p, hdr.Tip, r.store.Tip())
 	}
-	return runs, nil
+	return finishedRecord{runs: runs, latest: latest}, nil
 }
 
 // readRecordLine reads one line of the record into v, strictly, adding
@@ -198,8 +236,9 @@ func (r *Reconciler) writeFinishedRecord() error {
 	var entries []finishedRecordEntry
 	r.mu.Lock()
 	for id, fr := range r.finished {
-		entries = append(entries, finishedRecordEntry{Run: id, Dir: fr.dir, Profile: fr.profile, Released: fr.released})
+		entries = append(entries, finishedRecordEntry{Run: id, Dir: fr.dir, Profile: fr.profile, Released: fr.released, Folded: fr.folded})
 	}
+	latest := r.latest.All()
 	held := make([]*runState, 0, len(r.runs))
 	for id, rs := range r.runs {
 		if _, ok := r.finished[id]; !ok { // read in full again (loadRun)
@@ -232,7 +271,7 @@ func (r *Reconciler) writeFinishedRecord() error {
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(finishedRecordHeader{
 		Version: finishedRecordVersion, Store: r.store.ID(), Cluster: r.cfg.Cluster, Key: r.key.KeyID(),
-		Tip: tip, Runs: len(entries),
+		Tip: tip, Runs: len(entries), NodeRuns: len(latest),
 	}); err != nil {
 		return err
 	}
@@ -241,6 +280,11 @@ func (r *Reconciler) writeFinishedRecord() error {
 			e.Released = []string{}
 		}
 		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	for _, nr := range latest {
+		if err := enc.Encode(nr); err != nil {
 			return err
 		}
 	}

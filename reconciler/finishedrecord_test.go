@@ -168,3 +168,45 @@ func fileMode(t *testing.T, p string) os.FileMode {
 	require.NoError(t, err)
 	return fi.Mode().Perm()
 }
+
+// TestRestartKeepsStandingHistoryInRecord: the standing pool's history of
+// finished runs (each node's latest run of the profile) goes into the
+// record once folded, so the first standing pass after a restart reads
+// no finished run again and still knows the node is certified: it fires
+// nothing and says when the node is due.
+func TestRestartKeepsStandingHistoryInRecord(t *testing.T) {
+	e := newEnv(t)
+	clk := &clock{}
+	e.now = clk.Now
+	e.repo.AddProfile("smoke", "", testenv.Check{Name: "smoke", Script: "result Pass; exit 0"})
+	e.repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
+	e.repo.Commit("specs")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"smoke", standingRef+"daily")
+	r0, stop := e.buildStoppable(e.config())
+	_, err := r0.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"daily-1"}, standingStatus(t, r0, "daily").Fired)
+	require.Equal(t, specs.VerdictPass, e.wait(r0, "daily-1").Verdict)
+	stop()
+	due := e.readRun("daily-1").evidence.EndedAt.Add(24 * time.Hour).UTC()
+
+	// The first pass after a restart folds daily-1 into the pool's
+	// history, reading it once; the record written at the stop keeps it.
+	clk.Advance(time.Hour)
+	r1, stop := e.buildStoppable(e.config())
+	_, err = r1.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), r1.FoldReads())
+	stop()
+
+	clk.Advance(time.Hour)
+	r2 := e.build(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Recorded: 1}, r2.Recovered())
+	_, err = r2.ReconcileOnce(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, r2.FoldReads(), "the standing pass read the finished run again")
+	st := standingStatus(t, r2, "daily")
+	assert.Empty(t, st.Fired, "the restarted reconciler forgot the node's latest run and fired")
+	assert.Equal(t, 1, st.Certified)
+	assert.Equal(t, due, st.Next.UTC(), "due a day after the recorded run ended")
+}

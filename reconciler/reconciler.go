@@ -73,6 +73,10 @@ type Reconciler struct {
 	// receipts counts the receipts this reconciler wrote; recordedAt is
 	// the count at the last record of finished runs (finishedrecord.go).
 	receipts, recordedAt atomic.Int64
+	// foldedSince: foldFinished folded runs into latest since the last
+	// record; foldReads counts the runs it read to do so.
+	foldedSince atomic.Bool
+	foldReads   atomic.Int64
 	// trigger holds at most one pending pass asked for from outside
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
@@ -274,17 +278,21 @@ func (r *Reconciler) Recovered() RecoveryCounts {
 	return r.recovered
 }
 
-// recordFinished writes the record of finished runs when this reconciler
-// wrote a receipt since the last one and, unless final, at least
+// recordFinished writes the record of finished runs when foldFinished
+// folded runs into the standing pool's history since the last one, or
+// when this reconciler wrote a receipt since and, unless final, at least
 // finishedRecordEvery of them. A failure is logged: the record only saves
 // reading runs at the next start.
 func (r *Reconciler) recordFinished(final bool) {
 	n := r.receipts.Load()
 	since := n - r.recordedAt.Load()
-	if since == 0 || !r.Ready() || (!final && since < finishedRecordEvery) {
+	folded := r.foldedSince.Load()
+	if !r.Ready() || (!folded && (since == 0 || (!final && since < finishedRecordEvery))) {
 		return
 	}
+	r.foldedSince.Store(false)
 	if err := r.writeFinishedRecord(); err != nil {
+		r.foldedSince.Store(folded)
 		r.log.Warn("writing the record of finished runs", "error", err)
 		return
 	}

@@ -26,20 +26,25 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	recorded, err := r.readFinishedRecord()
 	if err != nil {
 		r.log.Warn("not using the record of finished runs: reading every run from the evidence branch", "error", err)
-		recorded = nil
+		recorded = finishedRecord{}
 	}
 	ids, err := r.indexedRuns(ctx)
 	if err != nil {
 		return err
 	}
-	if missing := notIndexed(recorded, ids); missing != "" {
+	if missing := notIndexed(recorded.runs, ids); missing != "" {
 		r.log.Warn("not using the record of finished runs: reading every run from the evidence branch",
 			"error", fmt.Sprintf("%s names run %s, which is not in the evidence branch's index %s", r.finishedRecordPath(), missing, evidence.IndexDir(r.cfg.Cluster)))
-		recorded = nil
+		recorded = finishedRecord{}
 	}
+	r.mu.Lock()
+	for _, nr := range recorded.latest {
+		r.latest.Add(nr)
+	}
+	r.mu.Unlock()
 	resumed, read := 0, 0
 	for _, id := range ids {
-		if fr, ok := recorded[id]; ok {
+		if fr, ok := recorded.runs[id]; ok {
 			r.mu.Lock()
 			r.finished[id] = fr
 			r.mu.Unlock()
@@ -74,7 +79,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 		resumed++
 	}
 	r.mu.Lock()
-	r.recovered = RecoveryCounts{Recorded: len(recorded), Read: read}
+	r.recovered = RecoveryCounts{Recorded: len(recorded.runs), Read: read}
 	r.mu.Unlock()
 	if err := r.repairReservations(ctx); err != nil {
 		return err
@@ -84,7 +89,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 		r.log.Warn("writing the record of finished runs", "error", err)
 	}
 	r.recordedAt.Store(r.receipts.Load())
-	r.log.Info("recovery done", "resumed", resumed, "recorded", len(recorded), "read", read)
+	r.log.Info("recovery done", "resumed", resumed, "recorded", len(recorded.runs), "read", read)
 	r.setReady()
 	return nil
 }

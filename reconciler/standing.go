@@ -405,6 +405,7 @@ func (r *Reconciler) foldFinished(ctx context.Context, profile string) error {
 	r.mu.Unlock()
 	slices.Sort(ids)
 	for _, id := range ids {
+		r.foldReads.Add(1)
 		rs, err := r.readRun(ctx, id)
 		if err != nil {
 			return fmt.Errorf("run %s: %w", id, err)
@@ -419,6 +420,7 @@ func (r *Reconciler) foldFinished(ctx context.Context, profile string) error {
 		}
 		r.finished[id].folded = true
 		r.mu.Unlock()
+		r.foldedSince.Store(true)
 	}
 	return nil
 }

@@ -143,10 +143,10 @@ func (r *Reconciler) parseFinishedRecord(p string, f io.Reader) (finishedRecord,
 	if !evidence.IsCommitHash(hdr.Tip) || hdr.Runs < 0 || hdr.NodeRuns < 0 {
 		return finishedRecord{}, fmt.Errorf("%s: header: tip %q, runs %d, node runs %d", p, hdr.Tip, hdr.Runs, hdr.NodeRuns)
 	}
-	runs := make(map[string]*finishedRun, hdr.Runs)
+	// The counts are not trusted before the trailer's hash is: they
+	// size nothing.
+	runs := map[string]*finishedRun{}
 	prev := ""
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for i := range hdr.Runs {
 		var e finishedRecordEntry
 		if err := readRecordLine(br, sum, &e); err != nil {
@@ -162,13 +162,16 @@ func (r *Reconciler) parseFinishedRecord(p string, f io.Reader) (finishedRecord,
 			return finishedRecord{}, fmt.Errorf("%s: run %s: no profile", p, e.Run)
 		}
 		prev = e.Run
-		fr := &finishedRun{dir: e.Dir, profile: r.intern(e.Profile), released: make([]string, len(e.Released)), folded: e.Folded}
+		fr := &finishedRun{dir: e.Dir, released: make([]string, len(e.Released)), folded: e.Folded}
+		r.mu.Lock()
+		fr.profile = r.intern(e.Profile)
 		for j, n := range e.Released {
 			fr.released[j] = r.intern(n)
 		}
+		r.mu.Unlock()
 		runs[e.Run] = fr
 	}
-	latest := make([]evidence.NodeRun, 0, hdr.NodeRuns)
+	var latest []evidence.NodeRun
 	for i := range hdr.NodeRuns {
 		var nr evidence.NodeRun
 		if err := readRecordLine(br, sum, &nr); err != nil {

@@ -278,6 +278,10 @@ func (s *Store) open(ctx context.Context) error {
 	// runs in flight): a small delta base cache keeps its memory bounded
 	// by the work in flight (issue 19).
 	fast.LimitBaseCache(storeBaseBytes)
+	// Its reads are lookups here and there (recovery, an append's base
+	// trees): under a memory limit smaller than the pack (1.4 GB at 10^5
+	// runs), read-around made each page fault read megabytes (issue 19).
+	fast.AdviseRandom()
 	s.fast = fast
 	s.objs = layered{EncodedObjectStorer: s.st, top: s.overlay, fast: fast, trees: &treeCache{}}
 	b, err := os.ReadFile(filepath.Join(s.opts.StateDir, stateFile))

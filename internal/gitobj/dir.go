@@ -33,6 +33,9 @@ type Dir struct {
 	mu     sync.Mutex
 	packs  []*mappedPack
 	loaded map[string]bool
+	// random: the packs and indexes are mapped for random access
+	// (AdviseRandom).
+	random bool
 
 	// bases caches objects delta chains resolve through, by pack and
 	// offset: deltified trees share long chains. maxBase bounds it (0:
@@ -79,6 +82,23 @@ func (d *Dir) LimitBaseCache(n int64) {
 	d.maxBase = n
 }
 
+// AdviseRandom tells the kernel that d's packs and their indexes, those
+// mapped now and those mapped later, are read at random (Linux's
+// MADV_RANDOM; elsewhere it does nothing): a page fault then reads one
+// page from disk, not a read-around window. For a reader that looks up
+// objects here and there in packs larger than its memory limit (a
+// reconciler's store); a reader of the whole history in pack order keeps
+// the read-ahead.
+func (d *Dir) AdviseRandom() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.random = true
+	for _, p := range d.packs {
+		adviseRandom(p.data)
+		adviseRandom(p.idxData)
+	}
+}
+
 // Concurrent implements Source: a Dir is safe for concurrent use.
 func (d *Dir) Concurrent() bool { return true }
 
@@ -104,6 +124,10 @@ func (d *Dir) rescan() error {
 		}
 		p.name = name
 		d.loaded[name] = true
+		if d.random {
+			adviseRandom(p.data)
+			adviseRandom(p.idxData)
+		}
 		// Newest packs first: they hold what was written last.
 		d.packs = append([]*mappedPack{p}, d.packs...)
 	}

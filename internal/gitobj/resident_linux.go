@@ -10,3 +10,13 @@ func dropResident(b []byte) {
 		_ = syscall.Madvise(b, syscall.MADV_DONTNEED)
 	}
 }
+
+// adviseRandom tells the kernel the mapped file b is read at random: a
+// page fault reads that page, not the read-around window around it (up to
+// megabytes with large folios), which under a memory limit smaller than
+// the file turned every lookup into megabytes of disk reads.
+func adviseRandom(b []byte) {
+	if len(b) > 0 {
+		_ = syscall.Madvise(b, syscall.MADV_RANDOM)
+	}
+}

@@ -87,12 +87,27 @@ func NewHTTPServer(t testing.TB, opts ...Option) *Server {
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
 			}
-			backend.ServeHTTP(w, r)
+			backend.ServeHTTP(flushing{w}, r)
 		})},
 	}
 	s.srv.Start()
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// flushing sends each write of the CGI's output to the client at once, as
+// a Git server in front of http-backend does: net/http/cgi copies the
+// output into the response's buffer, which would hold upload-pack's
+// keepalives (5 bytes every 5 s while pack-objects counts a large branch)
+// until the pack's first kilobytes, so that a client saw a silent remote.
+type flushing struct{ http.ResponseWriter }
+
+func (f flushing) Write(p []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(p)
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok && err == nil {
+		fl.Flush()
+	}
+	return n, err
 }
 
 func (s *Server) authorized(r *http.Request) bool {

@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,4 +115,51 @@ func (s *Sampler) Stop() (RSSPeaks, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak, s.err
+}
+
+// Mapping is what /proc/self/smaps says of this process's mappings of
+// one file, summed over them.
+type Mapping struct {
+	// Count is the number of mappings of the file.
+	Count int
+	// RSSKB is their resident size, in kB.
+	RSSKB int
+	// Flags are the VmFlags every mapping of the file has (e.g. "rr":
+	// MADV_RANDOM).
+	Flags []string
+}
+
+// Mapped reads /proc/self/smaps for the mappings of file p (Linux).
+func Mapped(p string) (Mapping, error) {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return Mapping{}, err
+	}
+	defer f.Close()
+	var m Mapping
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+			in = len(fields) >= 6 && fields[5] == p
+			if in {
+				m.Count++
+			}
+		case in && len(fields) == 3 && fields[0] == "Rss:":
+			kb, err := strconv.Atoi(fields[1])
+			if err != nil {
+				return Mapping{}, fmt.Errorf("/proc/self/smaps: %q: %w", sc.Text(), err)
+			}
+			m.RSSKB += kb
+		case in && fields[0] == "VmFlags:":
+			if m.Count == 1 {
+				m.Flags = fields[1:]
+			} else {
+				m.Flags = slices.DeleteFunc(m.Flags, func(f string) bool { return !slices.Contains(fields[1:], f) })
+			}
+		}
+	}
+	return m, sc.Err()
 }

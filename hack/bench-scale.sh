@@ -17,7 +17,8 @@
 # SCALE_MEMCG, a memory cgroup directory this user may create cgroups in
 # (v1: /sys/fs/cgroup/memory; v2: one with the memory controller enabled
 # for its children), runs the audit inside a child cgroup limited to
-# 1 GiB and the reconciler's restart inside one limited to 256 MiB, the
+# 1 GiB and the reconciler's first start and restart each inside one
+# limited to 256 MiB (the remote then served over loopback HTTP), the
 # issue's bounds: a run whose own memory the limit does not hold is
 # killed, and fails; one whose page cache does not fit thrashes (slow).
 # Results go to stdout and to bench-scale-<runs>.log; the benchmarks'
@@ -85,7 +86,7 @@ step_audit() {
 	bash -c 'if [ -n "$1" ]; then echo $$ >"$1/cgroup.procs"; fi; shift; exec "$@"' _ "$cg" \
 		/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
 		--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
-	if [ -n "$cg" ]; then memcg_report "$cg" | tee -a "$log"; fi
+	if [ -n "$cg" ]; then memcg_report "$first" | tee -a "$log"; memcg_report "$cg" | tee -a "$log"; fi
 	{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
 	{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
 	{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"
@@ -93,13 +94,14 @@ step_audit() {
 
 step_startup() {
 	say "reconciler start-up"
-	local cg=""
+	local cg="" first=""
 	if [ -n "${SCALE_MEMCG:-}" ]; then
+		first=$(memcg signet-bench-first $((256 << 20)))
 		cg=$(memcg signet-bench-restart $((256 << 20)))
 	fi
-	(cd reconciler && SIGNET_BENCH_STARTUP_CGROUP=$cg SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
+	(cd reconciler && SIGNET_BENCH_STARTUP_FIRST_CGROUP=$first SIGNET_BENCH_STARTUP_CGROUP=$cg SIGNET_BENCH_STARTUP_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
 		-test.bench '^BenchmarkStartup$' -test.benchtime 1x -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.startup.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
-	if [ -n "$cg" ]; then memcg_report "$cg" | tee -a "$log"; fi
+	if [ -n "$cg" ]; then memcg_report "$first" | tee -a "$log"; memcg_report "$cg" | tee -a "$log"; fi
 }
 
 step_local() {

@@ -85,8 +85,15 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 		return err
 	}
 	r.store.DropResident()
-	if err := r.writeFinishedRecord(); err != nil {
-		r.log.Warn("writing the record of finished runs", "error", err)
+	r.mu.Lock()
+	kept := len(r.finished)
+	r.mu.Unlock()
+	// The record holds the finished runs kept compact (a superset of what
+	// it was read from): written again only when it lacks some.
+	if kept != len(recorded.runs) {
+		if err := r.writeFinishedRecord(); err != nil {
+			r.log.Warn("writing the record of finished runs", "error", err)
+		}
 	}
 	r.recordedAt.Store(r.receipts.Load())
 	r.log.Info("recovery done", "resumed", resumed, "recorded", len(recorded.runs), "read", read)

@@ -33,11 +33,7 @@ import (
 // record naming a run the branch's index lacks.
 func TestRestartReadsFinishedRunsFromRecord(t *testing.T) {
 	e := newEnv(t)
-	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
-	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
-	e.repo.AddRequest("a-pass", "passing")
-	e.repo.Commit("first")
-	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"a-pass")
+	e.passAndFailProfiles("a-pass")
 	r0, stop := e.buildStoppable(e.config())
 	assert.Equal(t, reconciler.RecoveryCounts{}, r0.Recovered())
 	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["a-pass"].Verdict)
@@ -126,11 +122,7 @@ func withEntry(t *testing.T, record []byte, entry string) []byte {
 // no certification vouched, its node retained.
 func TestRecordOfAnotherHistoryNotUsed(t *testing.T) {
 	e := newEnv(t)
-	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
-	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
-	e.repo.AddRequest("warmup", "passing")
-	e.repo.Commit("first")
-	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"warmup")
+	e.passAndFailProfiles("warmup")
 	r0, stop := e.buildStoppable(e.config())
 	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["warmup"].Verdict)
 	rewound := e.evidenceTip("")
@@ -162,6 +154,16 @@ func TestRecordOfAnotherHistoryNotUsed(t *testing.T) {
 	assert.Contains(t, log.String(), "does not descend from", "the refusal says why")
 }
 
+// passAndFailProfiles commits and approves profiles "passing" and
+// "failing" (one check each) and request first of "passing".
+func (e *env) passAndFailProfiles(first string) {
+	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
+	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
+	e.repo.AddRequest(first, "passing")
+	e.repo.Commit("first")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+first)
+}
+
 func fileMode(t *testing.T, p string) os.FileMode {
 	t.Helper()
 	fi, err := os.Stat(p)
@@ -178,10 +180,7 @@ func TestRestartKeepsStandingHistoryInRecord(t *testing.T) {
 	e := newEnv(t)
 	clk := &clock{}
 	e.now = clk.Now
-	e.repo.AddProfile("smoke", "", testenv.Check{Name: "smoke", Script: "result Pass; exit 0"})
-	e.repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
-	e.repo.Commit("specs")
-	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"smoke", standingRef+"daily")
+	e.dailySmoke()
 	r0, stop := e.buildStoppable(e.config())
 	_, err := r0.ReconcileOnce(t.Context())
 	require.NoError(t, err)

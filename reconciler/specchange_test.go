@@ -309,11 +309,7 @@ func TestFinishedRunDropsCheckDocuments(t *testing.T) {
 // full. A run that retains its node stays in full, its node held.
 func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
 	e := newEnv(t)
-	e.repo.AddProfile("failing", "", testenv.Check{Name: "fails", Script: "result Fail; exit 1"})
-	e.repo.AddProfile("passing", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
-	e.repo.AddRequest("a-pass", "passing")
-	e.repo.Commit("first")
-	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"failing", profileRef+"passing", requestRef+"a-pass")
+	e.passAndFailProfiles("a-pass")
 	r0, stop := e.buildStoppable(e.config())
 	require.Equal(t, specs.VerdictPass, e.reconcileAndWait(r0)["a-pass"].Verdict)
 	e.repo.AddRequest("b-fail", "failing")

@@ -66,6 +66,16 @@ func standingStatus(t *testing.T, r *reconciler.Reconciler, name string) *reconc
 	return o.Standing
 }
 
+// dailySmoke commits and approves profile "smoke" (one passing check) and
+// standing certification "daily" of this machine: every 24h, one node a
+// run, a budget of one node.
+func (e *env) dailySmoke() {
+	e.repo.AddProfile("smoke", "", testenv.Check{Name: "smoke", Script: "result Pass; exit 0"})
+	e.repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
+	e.repo.Commit("specs")
+	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"smoke", standingRef+"daily")
+}
+
 // TestStandingLocalDaily: a daily standing certification of this machine
 // (the local backend's one node, budget 1), approved once. The first pass
 // fires run daily-1 (the node was never certified: joined) before
@@ -78,10 +88,7 @@ func TestStandingLocalDaily(t *testing.T) {
 	e := newEnv(t)
 	clk := &clock{}
 	e.now = clk.Now
-	e.repo.AddProfile("smoke", "", testenv.Check{Name: "smoke", Script: "result Pass; exit 0"})
-	e.repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
-	e.repo.Commit("specs")
-	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"smoke", standingRef+"daily")
+	e.dailySmoke()
 
 	r, stop := e.buildStoppable(e.config())
 	res, err := r.ReconcileOnce(t.Context())
@@ -233,10 +240,7 @@ func TestStandingCrash(t *testing.T) {
 	for _, point := range crash.StandingPoints {
 		setup := func(t *testing.T) *env {
 			e := newEnv(t)
-			e.repo.AddProfile("smoke", "", testenv.Check{Name: "smoke", Script: "result Pass; exit 0"})
-			e.repo.AddStanding("daily", "smoke", "nodes: [localhost]", "nodesPerRun: 1", "every: 24h", "budget: {maxNodes: 1}")
-			e.repo.Commit("specs")
-			e.repo.Approve(e.keys.ApproverFile, "", profileRef+"smoke", standingRef+"daily")
+			e.dailySmoke()
 			return e
 		}
 		// crashAt runs a pass in a process of its own with state dir

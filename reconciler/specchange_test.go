@@ -1,7 +1,9 @@
 package reconciler_test
 
 import (
+	"os"
 	"path"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -306,7 +308,9 @@ func TestFinishedRunDropsCheckDocuments(t *testing.T) {
 // answers for it what the evidence branch says — the certification sweep
 // (a label of the run's profile on a node it released holds, on another
 // node or profile it does not) and, when a request names it, the run in
-// full. A run that retains its node stays in full, its node held.
+// full. A run that retains its node stays in full, its node held. Both
+// ways a restart finds finished runs: read from the branch (a new pod,
+// no record of finished runs) and from the record.
 func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
 	e := newEnv(t)
 	e.passAndFailProfiles("a-pass")
@@ -318,23 +322,36 @@ func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
 	require.Equal(t, specs.VerdictFail, e.reconcileAndWait(r0)["b-fail"].Verdict)
 	stop()
 
-	r := e.build(e.config())
-	full, compact := r.InFull("a-pass")
-	assert.False(t, full, "a finished run that retains nothing is not held in full after a restart")
-	assert.True(t, compact, "a finished run is kept compact after a restart")
-	assert.True(t, r.Vouched("a-pass", e.host, "passing"), "the passing run vouches for its node's certification")
-	assert.False(t, r.Vouched("a-pass", e.host, "failing"), "a compact run vouches only under its own profile")
-	assert.False(t, r.Vouched("a-pass", "another-node", "passing"), "a compact run vouches only for the nodes it released")
-	assert.False(t, r.Vouched("b-fail", e.host, "failing"), "a run that retained its node vouches for nothing")
-	full, compact = r.InFull("b-fail")
-	assert.True(t, full, "a run that retains its node is held in full")
-	assert.False(t, compact)
-	assert.Equal(t, "b-fail", r.Status().Holds[e.host], "its node is held from the evidence branch alone")
+	for _, from := range []string{"branch", "record"} {
+		t.Run(from, func(t *testing.T) {
+			if from == "branch" {
+				require.NoError(t, os.Remove(filepath.Join(e.state, reconciler.FinishedRecordFile)))
+			}
+			r, stop := e.buildStoppable(e.config())
+			defer stop()
+			if from == "branch" {
+				require.Equal(t, reconciler.RecoveryCounts{Read: 2}, r.Recovered())
+			} else {
+				require.Equal(t, reconciler.RecoveryCounts{Recorded: 1, Read: 1}, r.Recovered())
+			}
+			full, compact := r.InFull("a-pass")
+			assert.False(t, full, "a finished run that retains nothing is not held in full after a restart")
+			assert.True(t, compact, "a finished run is kept compact after a restart")
+			assert.True(t, r.Vouched("a-pass", e.host, "passing"), "the passing run vouches for its node's certification")
+			assert.False(t, r.Vouched("a-pass", e.host, "failing"), "a compact run vouches only under its own profile")
+			assert.False(t, r.Vouched("a-pass", "another-node", "passing"), "a compact run vouches only for the nodes it released")
+			assert.False(t, r.Vouched("b-fail", e.host, "failing"), "a run that retained its node vouches for nothing")
+			full, compact = r.InFull("b-fail")
+			assert.True(t, full, "a run that retains its node is held in full")
+			assert.False(t, compact)
+			assert.Equal(t, "b-fail", r.Status().Holds[e.host], "its node is held from the evidence branch alone")
 
-	st, err := r.Wait(t.Context(), "a-pass")
-	require.NoError(t, err, "a compact run is read again in full when asked for")
-	assert.Equal(t, specs.VerdictPass, st.Verdict)
-	assert.Equal(t, []string{e.host}, st.Released)
-	full, _ = r.InFull("a-pass")
-	assert.True(t, full)
+			st, err := r.Wait(t.Context(), "a-pass")
+			require.NoError(t, err, "a compact run is read again in full when asked for")
+			assert.Equal(t, specs.VerdictPass, st.Verdict)
+			assert.Equal(t, []string{e.host}, st.Released)
+			full, _ = r.InFull("a-pass")
+			assert.True(t, full)
+		})
+	}
 }

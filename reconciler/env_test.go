@@ -86,7 +86,7 @@ func (e *env) buildStoppable(cfg *reconciler.Config) (*reconciler.Reconciler, fu
 }
 
 // buildStoppableWith is buildStoppable with options o and, when logTo is
-// not nil, the reconciler's log written there too.
+// not nil, the reconciler's log from level Info written there too.
 func (e *env) buildStoppableWith(cfg *reconciler.Config, o reconciler.Options, logTo io.Writer) (*reconciler.Reconciler, func()) {
 	e.t.Helper()
 	sec, err := reconciler.LoadSecrets(cfg)
@@ -98,6 +98,7 @@ func (e *env) buildStoppableWith(cfg *reconciler.Config, o reconciler.Options, l
 	var w io.Writer = testWriter{e.t}
 	if logTo != nil {
 		w = io.MultiWriter(w, logTo)
+		level = min(level, slog.LevelInfo)
 	}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	r, store, err := reconciler.Build(e.t.Context(), cfg, sec, log, nil, o)

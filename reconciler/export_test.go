@@ -1,8 +1,17 @@
 package reconciler
 
+import "time"
+
 // FinishedRecordFile is the record of finished runs' file name in the
 // state directory.
 const FinishedRecordFile = finishedRecordFile
+
+// SetRecoverProgressEvery sets how often recovery logs its progress and
+// returns a function restoring it.
+func SetRecoverProgressEvery(d time.Duration) (restore func()) {
+	was := recoverProgressEvery.Swap(int64(d))
+	return func() { recoverProgressEvery.Store(was) }
+}
 
 // ReportFiles is the daemon's /report/ handler, for tests that serve a
 // report directory without a daemon.

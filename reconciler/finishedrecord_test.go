@@ -29,7 +29,8 @@ import (
 // that retains its node, and the runs finished after the record it finds
 // was written (a crash lost the last one). A record changed on disk is
 // not used: every run is read again, and the certification sweep answers
-// what the branch says, not what the changed record says; nor is a whole
+// what the branch says, not what the changed record says (recovery logs
+// its progress reading them); nor is a whole
 // record naming a run the branch's index lacks.
 func TestRestartReadsFinishedRunsFromRecord(t *testing.T) {
 	e := newEnv(t)
@@ -77,8 +78,12 @@ func TestRestartReadsFinishedRunsFromRecord(t *testing.T) {
 	changed := bytes.Replace(b, []byte(`"profile":"passing"`), []byte(`"profile":"failing"`), 1)
 	require.NotEqual(t, b, changed)
 	require.NoError(t, os.WriteFile(record, changed, 0o600))
-	r4, stop := e.buildStoppable(e.config())
+	defer reconciler.SetRecoverProgressEvery(0)()
+	var log syncbuf.Buffer
+	r4, stop := e.buildStoppableWith(e.config(), reconciler.Options{Now: e.now}, &log)
 	assert.Equal(t, reconciler.RecoveryCounts{Read: 3}, r4.Recovered(), "a changed record was used")
+	assert.Contains(t, log.String(), `msg="recovering runs" cluster=acceptance indexed=3 recorded=0 toRead=3`)
+	assert.Contains(t, log.String(), `msg="recovering runs" read=2 of=3`, "recovery's progress")
 	assert.False(t, r4.Vouched("a-pass", e.host, "failing"), "the changed record's word was taken")
 	assert.True(t, r4.Vouched("a-pass", e.host, "passing"))
 	assert.Equal(t, "b-fail", r4.Status().Holds[e.host])

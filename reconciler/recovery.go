@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/reconciler/backend"
@@ -43,12 +45,19 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	resumed, read := 0, 0
+	toRead, logged := len(ids)-len(recorded.runs), time.Now()
+	r.log.Info("recovering runs", "cluster", r.cfg.Cluster, "indexed", len(ids), "recorded", len(recorded.runs), "toRead", toRead)
 	for _, id := range ids {
 		if fr, ok := recorded.runs[id]; ok {
 			r.mu.Lock()
 			r.finished[id] = fr
 			r.mu.Unlock()
 			continue
+		}
+		if time.Since(logged) >= time.Duration(recoverProgressEvery.Load()) {
+			// At 10^5 runs a new pod reads every run: minutes.
+			r.log.Info("recovering runs", "read", read, "of", toRead)
+			logged = time.Now()
 		}
 		if read++; read%recoverDropEvery == 0 {
 			// The mapped pack pages read so far leave the resident
@@ -146,6 +155,12 @@ func notIndexed(recorded map[string]*finishedRun, ids []string) string {
 	}
 	return missing
 }
+
+// recoverProgressEvery is how often recovery logs how many runs it read
+// (a time.Duration; tests set it).
+var recoverProgressEvery atomic.Int64
+
+func init() { recoverProgressEvery.Store(int64(10 * time.Second)) }
 
 // recoverDropEvery is how many runs recovery reads between two drops of
 // the evidence mirror's resident pack pages.

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -461,12 +462,20 @@ func short(rev string) string {
 	return rev
 }
 
+// RecentPasses is how many ended passes /status keeps (Status.Passes).
+const RecentPasses = 16
+
 // passEnded records ps as the last pass unless a later-numbered pass
-// ended first.
+// ended first, and among the recent passes in number order.
 func (r *Reconciler) passEnded(ps PassStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.status.LastPass == nil || r.status.LastPass.Number < ps.Number {
 		r.status.LastPass = &ps
+	}
+	i, _ := slices.BinarySearchFunc(r.status.Passes, ps.Number, func(p PassStatus, n int64) int { return cmp.Compare(p.Number, n) })
+	r.status.Passes = slices.Insert(r.status.Passes, i, ps)
+	if n := len(r.status.Passes); n > RecentPasses {
+		r.status.Passes = slices.Delete(r.status.Passes, 0, n-RecentPasses)
 	}
 }

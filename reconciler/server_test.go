@@ -331,3 +331,22 @@ backends: {local: {enabled: false}}
 		require.NoError(t, err)
 	})
 }
+
+// TestStatusKeepsRecentPasses: /status lists the last RecentPasses passes
+// that ended, in number order, the last one being lastPass, so that a
+// client waiting for pass N finds it after later passes ended.
+func TestStatusKeepsRecentPasses(t *testing.T) {
+	e := newEnv(t)
+	e.passingRequest("one")
+	r := e.build(e.config())
+	for range reconciler.RecentPasses + 4 {
+		_, err := r.ReconcileOnce(t.Context())
+		require.NoError(t, err)
+	}
+	st := r.Status()
+	require.Len(t, st.Passes, reconciler.RecentPasses)
+	require.NotNil(t, st.LastPass)
+	for i, ps := range st.Passes {
+		assert.Equal(t, st.LastPass.Number-int64(reconciler.RecentPasses-1-i), ps.Number, "recent passes out of order")
+	}
+}

@@ -26,6 +26,10 @@ type Status struct {
 	// LastPass is the last reconcile pass that ended; absent before the
 	// first.
 	LastPass *PassStatus `json:"lastPass,omitempty"`
+	// Passes are the last passes that ended (at most RecentPasses), by
+	// number: `reconcile --wait` finds its own pass there when later ones
+	// ended before it looked.
+	Passes []PassStatus `json:"passes,omitempty"`
 	// Certified are the certifications the cluster's nodes carry now
 	// (kubernetes.certifyTTL labels that are not expired and whose node
 	// identity is unchanged), read from the cluster when /status is
@@ -238,6 +242,7 @@ func (r *Reconciler) Status() Status {
 		lp := *r.status.LastPass
 		st.LastPass = &lp
 	}
+	st.Passes = slices.Clone(r.status.Passes)
 	r.mu.Unlock()
 	for _, rs := range runs {
 		st.Runs = append(st.Runs, runStatus(rs))

@@ -163,6 +163,25 @@ func triggerNow(ctx context.Context, cmd *cobra.Command, o *reconcileOptions, cf
 	return nil
 }
 
+// passOf returns pass number from st's recent passes once it ended. When
+// st does not list it (a daemon that keeps no recent passes, or it fell
+// out of them) it returns the first later pass that ended: it too started
+// after the request. Nil while none did.
+func passOf(st *reconciler.Status, number int64) *reconciler.PassStatus {
+	if st == nil {
+		return nil
+	}
+	for i := range st.Passes {
+		if st.Passes[i].Number >= number {
+			return &st.Passes[i]
+		}
+	}
+	if st.LastPass != nil && st.LastPass.Number >= number {
+		return st.LastPass
+	}
+	return nil
+}
+
 // passPoll is how often --wait reads /status.
 const passPoll = 200 * time.Millisecond
 
@@ -178,8 +197,8 @@ func waitForPass(ctx context.Context, addr string, number int64, timeout time.Du
 		if err != nil && ctx.Err() == nil {
 			return nil, err
 		}
-		if st != nil && st.LastPass != nil && st.LastPass.Number >= number {
-			return st.LastPass, nil
+		if ps := passOf(st, number); ps != nil {
+			return ps, nil
 		}
 		select {
 		case <-ctx.Done():

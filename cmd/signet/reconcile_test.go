@@ -357,3 +357,25 @@ backends: {local: {enabled: false}}
 	defer mu.Unlock()
 	assert.Equal(t, []string{"POST /reconcile Bearer the-trigger-token", "POST /reconcile Bearer the-trigger-token"}, got)
 }
+
+// TestWaitFindsItsOwnPass: `reconcile --wait` for pass 3 prints pass 3
+// even when passes 4 and 5 ended before it looked (a pass that admits a
+// run wakes another at once, and the run's end a third): the daemon's
+// recent passes hold it. A daemon that lists no recent passes answers with
+// its last pass once it is numbered 3 or more; none while it is not.
+func TestWaitFindsItsOwnPass(t *testing.T) {
+	st := &reconciler.Status{
+		LastPass: &reconciler.PassStatus{Number: 5, Noop: true},
+		Passes:   []reconciler.PassStatus{{Number: 2}, {Number: 3, Admitted: []string{"b-waits"}}, {Number: 4}, {Number: 5, Noop: true}},
+	}
+	got := passOf(st, 3)
+	require.NotNil(t, got)
+	assert.Equal(t, int64(3), got.Number, "--wait printed another pass than its own")
+	assert.Equal(t, []string{"b-waits"}, got.Admitted)
+	assert.Nil(t, passOf(st, 6), "a pass that has not ended")
+
+	old := &reconciler.Status{LastPass: &reconciler.PassStatus{Number: 5}}
+	assert.Equal(t, int64(5), passOf(old, 3).Number)
+	assert.Nil(t, passOf(&reconciler.Status{LastPass: &reconciler.PassStatus{Number: 2}}, 3))
+	assert.Nil(t, passOf(&reconciler.Status{}, 3))
+}

@@ -116,11 +116,7 @@ func (r *Reconciler) readFinishedRecord() (finishedRecord, error) {
 		return finishedRecord{}, err
 	}
 	defer f.Close()
-	rec, err := r.parseFinishedRecord(p, f)
-	if err != nil {
-		return finishedRecord{}, err
-	}
-	return rec, nil
+	return r.parseFinishedRecord(p, f)
 }
 
 // parseFinishedRecord reads the record at p from f and checks it against

@@ -11,8 +11,8 @@ import (
 )
 
 // TestStoreMapsPacksForRandomReads: the mirror's packs and indexes, the
-// ones a store finds at Open and the ones a later fetch brings, are mapped
-// for random reads (VmFlags "rr": a page fault reads one page, not a
+// ones a store maps at Open and after a later fetch, are mapped for random
+// reads (VmFlags "rr": a page fault reads one page, not a
 // read-around window). A reconciler's first start on a 10^5-run branch
 // under a 256 MiB memory limit read 145 GB from disk in three minutes of
 // recovery without it (issue 19).
@@ -24,7 +24,7 @@ func TestStoreMapsPacksForRandomReads(t *testing.T) {
 	require.NoError(t, err)
 	opts := testOptions(t, remote, signer)
 	s := openStore(t, opts)
-	randomReads := func() {
+	randomReads := func(mapped bool) {
 		t.Helper()
 		packs, err := filepath.Glob(filepath.Join(opts.StateDir, mirrorDir, "objects", "pack", "pack-*.*"))
 		require.NoError(t, err)
@@ -41,13 +41,18 @@ func TestStoreMapsPacksForRandomReads(t *testing.T) {
 			n++
 			assert.Contains(t, m.Flags, "rr", "%s is not mapped for random reads", p)
 		}
-		require.Positive(t, n, "no pack of the mirror is mapped: the test proves nothing")
+		if mapped {
+			require.Positive(t, n, "no pack of the mirror is mapped: the test proves nothing")
+		}
 	}
-	randomReads()
+	randomReads(true)
 	_, err = writer.Append(t.Context(), "m", runFiles("c", "r2", 2, 10))
 	require.NoError(t, err)
 	require.NoError(t, s.Refresh(t.Context()))
 	_, err = s.Read(t.Context(), IndexPath("c", "r2"))
 	require.NoError(t, err)
-	randomReads()
+	// A background consolidation may have replaced the packs by one not
+	// mapped yet: every pack mapped now is for random reads (a pack
+	// mapped later is gitobj's TestAdviseRandomMapsPacksForRandomReads).
+	randomReads(false)
 }

@@ -17,6 +17,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/signing"
 )
 
@@ -177,7 +178,12 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
 	}
 	if rep.Checkpoint != nil {
+		// Its pages are written (rep.CheckpointPages): the checkpoint
+		// names them, then the pages no checkpoint there names go.
 		if err := writeFileAtomic(o.WriteCheckpoint, rep.Checkpoint); err != nil {
+			return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
+		}
+		if err := prunePages(o.WriteCheckpoint, rep.Checkpoint); err != nil {
 			return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
 		}
 	}
@@ -208,6 +214,7 @@ func (o *auditOptions) checkpointOptions(opts *audit.Options, policy *signing.Tr
 			return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint: %w", err))
 		}
 		opts.Checkpoint, opts.CheckpointName = b, o.Checkpoint
+		opts.CheckpointPages = &pagetable.DirStore{Dir: pagesDir(o.Checkpoint)}
 	}
 	if (o.WriteCheckpoint == "") != (o.CheckpointKey == "") {
 		return &usageError{errors.New("--write-checkpoint and --checkpoint-key go together")}
@@ -227,6 +234,41 @@ func (o *auditOptions) checkpointOptions(opts *audit.Options, policy *signing.Tr
 		return exitCode(exitAuditUsage, fmt.Errorf("--checkpoint-key: %s: key %s is not in the trust policy's spec.auditors, so no audit would accept its checkpoint", o.CheckpointKey, shortRev(key.KeyID())))
 	}
 	opts.CheckpointKey = key
+	if opts.WritePages, err = pagetable.NewDirStore(pagesDir(o.WriteCheckpoint)); err != nil {
+		return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
+	}
+	return nil
+}
+
+// pagesDir is the directory of the state pages of the checkpoint at
+// name: name.pages beside it.
+func pagesDir(name string) string { return name + ".pages" }
+
+// prunePages removes from the pages directory of the checkpoint written
+// at name the pages it does not name: those of the checkpoint it
+// replaced, or of an audit that failed before writing it. Only files
+// named as pages are touched.
+func prunePages(name string, checkpoint []byte) error {
+	pages, err := audit.CheckpointPageList(checkpoint)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, p := range pages {
+		keep[p.Digest] = true
+	}
+	dir := pagesDir(name)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if n := e.Name(); len(n) == 64 && !keep[n] && strings.Trim(n, "0123456789abcdef") == "" {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -286,6 +328,9 @@ func printAudit(w io.Writer, rep *audit.Report) {
 	if rep.From != nil {
 		fmt.Fprintf(w, "from checkpoint at %s (audited %s, signed by %s): what follows counts what came after it\n",
 			shortRev(rep.From.Tip), rep.From.AuditedAt.UTC().Format(time.RFC3339), strings.Join(shortRevs(rep.From.Signers), ", "))
+	}
+	if rep.FullAudit != "" {
+		fmt.Fprintf(w, "checkpoint not used: %s\n", rep.FullAudit)
 	}
 	fmt.Fprintf(w, "%d commits, %d files, %d signed documents, %d runs\n", rep.Commits, rep.Files, rep.Documents, len(rep.Runs))
 	if len(rep.Runs) > 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
 )
@@ -87,9 +88,19 @@ type Options struct {
 	// these is an error wrapping ErrCheckpoint, never a clean report.
 	Checkpoint     []byte
 	CheckpointName string
+	// CheckpointPages holds the pages of Checkpoint's state tables
+	// (Report.CheckpointPages of the audit that wrote it, or a
+	// pagetable.DirStore of the directory they were written to). A page
+	// missing or not the one the checkpoint names refuses it.
+	CheckpointPages pagetable.Store
 	// CheckpointKey, when set, signs a checkpoint of a clean audit's end
 	// (Report.Checkpoint); its key must be an auditor of the policy.
 	CheckpointKey *signing.PrivateKey
+	// WritePages is where the pages of that checkpoint's state tables
+	// are written (a new pagetable.MemStore when nil); pages of
+	// CheckpointPages it keeps are carried there (hard links between
+	// directories). Report.CheckpointPages is it.
+	WritePages pagetable.Store
 	// Resume, when set, is the state a clean audit of this branch in this
 	// process ended with (Report.Resume): the audit continues from it as
 	// from a checkpoint (the same checks but the signature: this branch,
@@ -157,14 +168,34 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer rd.close()
+	if opts.Checkpoint != nil && opts.Resume != nil {
+		return nil, errors.New("evidence: audit.Options: Checkpoint and Resume are exclusive")
+	}
+	rep, err := branch(ctx, rd, opts, true)
+	if errors.Is(err, errPastChanged) {
+		// A commit after the checkpoint changed or deleted a file it
+		// vouched for: a finding whatever else holds, and one whose
+		// consequences every rule must see as a full audit does.
+		rep, err = branch(ctx, rd, opts, false)
+		if rep != nil {
+			rep.FullAudit = "a commit after the checkpoint's tip changed or deleted a file: the whole branch was audited"
+		}
+	}
+	return rep, err
+}
+
+// branch is Branch on rd: from opts' checkpoint or resume state when
+// fromCheckpoint, else of the whole branch.
+func branch(ctx context.Context, rd *openedBranch, opts Options, fromCheckpoint bool) (*Report, error) {
 	a := newAuditor(rd, rd.display, rd.branch, opts)
 	a.stream = true
 	defer func() { a.spill.close() }()
 	var cp *Checkpoint
+	var err error
 	switch {
-	case opts.Checkpoint != nil && opts.Resume != nil:
-		return nil, errors.New("evidence: audit.Options: Checkpoint and Resume are exclusive")
+	case !fromCheckpoint:
 	case opts.Checkpoint != nil:
+		a.pages = opts.CheckpointPages
 		if cp, a.from, err = a.openCheckpoint(opts.CheckpointName, opts.Checkpoint); err != nil {
 			return nil, err
 		}
@@ -188,16 +219,22 @@ func Branch(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep := a.report()
 	if rep.Clean() && opts.CheckpointKey != nil {
-		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey); err != nil {
+		pages := opts.WritePages
+		if pages == nil {
+			pages = pagetable.NewMemStore()
+		}
+		if rep.Checkpoint, err = a.checkpoint(opts.CheckpointKey, pages); err != nil {
 			return nil, err
 		}
+		rep.CheckpointPages = pages
 	}
 	if rep.Clean() && opts.KeepResume {
-		st, err := a.endState()
+		pages := pagetable.Store(pagetable.NewMemStore())
+		st, err := a.endState(pages)
 		if err != nil {
 			return nil, err
 		}
-		rep.Resume = &Resume{cp: *st}
+		rep.Resume = &Resume{cp: *st, pages: pages}
 	}
 	return rep, nil
 }
@@ -225,6 +262,9 @@ type fileRec struct {
 	// then nil): the audit that wrote it decoded it.
 	link *evidence.ChainLink
 	doc  *docRec
+	// ref: a record of the checkpoint's tables (restoreReferences), not
+	// checked again itself.
+	ref bool
 }
 
 // auditor holds one audit's state.
@@ -274,11 +314,26 @@ type auditor struct {
 	// history was read back to a run directory's first commit only.
 	older plumbing.Hash
 	// base is the tip of the checkpoint the audit started from (nil for
-	// a whole-branch audit), baseCommits the history up to it and from
-	// the checkpoint that names it; commits then holds those after it.
+	// a whole-branch audit) and baseLen the number of first-parent
+	// commits up to it; commits then holds those after it. tab is the
+	// checkpoint's state tables (named tabName in errors, its pages in
+	// pages), pastCommits the commits up to the tip looked up in them,
+	// noRun the directories they hold no finished run at, heads the last
+	// chain sequence of each cluster at the tip.
 	base        *commitInfo
-	baseCommits []*commitInfo
-	from        *CheckpointInfo
+	baseLen     int
+	tab         *pagetable.Table
+	tabName     string
+	pages       pagetable.Store
+	pastCommits map[int]*commitInfo
+	noRun       map[string]bool
+	heads       map[string]int64
+	// pastMu guards pastCommits and ioErr, which runs checked on
+	// several goroutines reach through commitByHash and parentOf.
+	pastMu sync.Mutex
+	// newFiles counts the files read after the checkpoint's tip.
+	newFiles int
+	from     *CheckpointInfo
 	// hist is the replay state that proves firings (checkFiringHistory):
 	// restored from a checkpoint, then at the end of the audit.
 	hist historyState
@@ -382,7 +437,7 @@ func (a *auditor) checkAll() {
 	// (addToRun), and those with a receipt mostly checked already.
 	runs := a.runsByDir
 	for _, p := range paths {
-		if a.files[p].landed.index < len(a.baseCommits) {
+		if a.files[p].landed.index < a.baseLen {
 			continue // its path passed when the checkpoint's audit read it
 		}
 		top, _, _ := strings.Cut(p, "/")
@@ -397,17 +452,24 @@ func (a *auditor) checkAll() {
 		}
 	}
 	// Run order is path order: a directory's files sort together.
-	for _, r := range runs {
-		a.runs = append(a.runs, r)
-	}
-	sort.Slice(a.runs, func(i, j int) bool { return a.runs[i].dir+"/" < a.runs[j].dir+"/" })
 	var open []*runAudit
-	for _, r := range a.runs {
+	for _, r := range runs {
 		if !r.checked {
 			open = append(open, r)
 		}
 	}
+	sort.Slice(open, func(i, j int) bool { return open[i].dir+"/" < open[j].dir+"/" })
 	a.checkRuns(open)
+	if a.tab != nil {
+		if err := a.restoreReferences(); err != nil {
+			a.failIO(err)
+			return
+		}
+	}
+	for _, r := range runs {
+		a.runs = append(a.runs, r)
+	}
+	sort.Slice(a.runs, func(i, j int) bool { return a.runs[i].dir+"/" < a.runs[j].dir+"/" })
 	for _, r := range a.runs {
 		a.findings = append(a.findings, r.findings...)
 		r.findings = nil
@@ -459,7 +521,7 @@ func (a *auditor) checkSince() {
 		a.add(Finding{Rule: RuleHistoryRewritten, Commit: a.opts.Since, Message: fmt.Sprintf("pinned revision %q is not in the repository: the branch was rewritten, or the pin is not a commit of it", a.opts.Since)})
 		return
 	}
-	if a.byHash.get(h) != nil {
+	if a.commitByHash(h) != nil {
 		return
 	}
 	msg := fmt.Sprintf("branch %s at %s does not descend from the pinned commit %s: its history was rewritten", a.branch, shortHash(a.rd.Tip().String()), shortHash(h.String()))
@@ -471,8 +533,12 @@ func (a *auditor) checkSince() {
 
 // report assembles the audit's report, findings sorted by run and path.
 func (a *auditor) report() *Report {
+	files := len(a.files) + a.closedFiles
+	if a.tab != nil {
+		files = a.newFiles
+	}
 	rep := &Report{Repo: a.repo, Branch: a.branch, Tip: a.rd.Tip().String(), Since: a.opts.Since,
-		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: len(a.files) + a.closedFiles, Documents: a.docs,
+		TrustPolicyDigest: a.policy.Digest(), Commits: len(a.commits), Files: files, Documents: a.docs,
 		Runs: []RunReport{}, Findings: dedupe(a.findings)}
 	byRun := map[string][]Finding{}
 	for _, f := range rep.Findings {

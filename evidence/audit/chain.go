@@ -82,7 +82,9 @@ func (a *auditor) checkChains() {
 		if len(seqs) > 0 {
 			max = seqs[len(seqs)-1]
 		}
-		for s := int64(1); s <= max; s++ {
+		// Links up to the head at a checkpoint's tip are there: that
+		// audit found no gap, and a deleted link is a full audit's.
+		for s := a.heads[c] + 1; s <= max; s++ {
 			if ls[s] == nil {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Path: evidence.ChainPath(c, s), Message: fmt.Sprintf("gap: no link for sequence %d of cluster %s (the chain runs to %d)", s, c, max)})
 			}
@@ -90,6 +92,10 @@ func (a *auditor) checkChains() {
 		linked := map[string]int64{} // receipt path → sequence
 		for _, s := range seqs {
 			l := ls[s]
+			if l.f.ref {
+				linked[l.l.Receipt.Path] = s
+				continue
+			}
 			fail := func(msg string) {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: l.l.Run, Path: l.path, Commit: l.f.commit.hash.String(), Message: msg})
 			}
@@ -118,6 +124,20 @@ func (a *auditor) checkChains() {
 				a.add(Finding{Rule: RuleReceiptChain, Cluster: c, Run: r.id, Path: rp, Commit: r.rcFile.commit.hash.String(), Message: msg})
 			}
 			bySeq[rc.Sequence] = append(bySeq[rc.Sequence], r)
+			if r.ref {
+				// Checked by the checkpoint's audit: only what this
+				// audit's links and receipts can change, a later link
+				// naming it or a fork with one of its receipts. Its own
+				// link may not be restored (it is there: the checkpoint's
+				// audit found it), a later one naming it is.
+				if s, ok := linked[rp]; ok && s != rc.Sequence {
+					fail(fmt.Sprintf("linked as sequence %d, but the receipt claims sequence %d", s, rc.Sequence))
+				}
+				if rc.Sequence > 1 && rc.Previous != nil {
+					byPrev[string(rc.Previous.Digest)] = append(byPrev[string(rc.Previous.Digest)], r)
+				}
+				continue
+			}
 			if s, ok := linked[rp]; !ok {
 				fail(fmt.Sprintf("receipt with sequence %d is not linked into the chain of cluster %s", rc.Sequence, c))
 			} else if s != rc.Sequence {

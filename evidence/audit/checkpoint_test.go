@@ -15,6 +15,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 	"signet.dev/signet/specs"
@@ -200,6 +201,7 @@ func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.Trus
 	tip := commits[len(commits)-1]
 	defer func() { _, _ = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip) }()
 	var checkpoint []byte
+	var pages pagetable.Store
 	used := 0
 	for i, h := range commits {
 		_, err := c.Git("update-ref", "refs/heads/"+evidencetest.Branch, h)
@@ -212,7 +214,7 @@ func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.Trus
 		require.NoError(t, err)
 		require.Equal(t, full.Findings, compacted.Findings, "commit %d %s: the audit that compacts every run at once disagrees with the full one", i, h)
 		incr, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
-			Checkpoint: checkpoint, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
+			Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
 		require.NoError(t, err, "commit %d", i)
 		require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
 		assert.Equal(t, full.Pin, incr.Pin, "commit %d", i)
@@ -221,11 +223,18 @@ func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.Trus
 		}
 		if checkpoint != nil {
 			used++
-			require.NotNil(t, incr.From)
+			if incr.From == nil {
+				// Only a change to a file before makes it read the
+				// whole branch.
+				require.NotEmpty(t, incr.FullAudit, "commit %d: an audit from a checkpoint names it or why it read the whole branch", i)
+				require.NotEmpty(t, findings(full, audit.RuleAppendOnly), "commit %d: the whole branch was read without a file changed", i)
+			} else {
+				require.Empty(t, incr.FullAudit)
+			}
 		}
 		if incr.Clean() {
 			require.NotEmpty(t, incr.Checkpoint, "a clean audit writes its checkpoint")
-			checkpoint = incr.Checkpoint
+			checkpoint, pages = incr.Checkpoint, incr.CheckpointPages
 		} else {
 			require.Empty(t, incr.Checkpoint, "an audit with findings writes no checkpoint")
 		}
@@ -252,7 +261,7 @@ func TestCheckpointRefused(t *testing.T) {
 	rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, CheckpointKey: auditor})
 	require.NoError(t, err)
 	require.True(t, rep.Clean(), "%v", rep.Findings)
-	good := rep.Checkpoint
+	good, pages := rep.Checkpoint, rep.CheckpointPages
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
 	require.NoError(t, err)
 
@@ -299,7 +308,7 @@ func TestCheckpointRefused(t *testing.T) {
 			files := st["files"].([]any)
 			_, rest, _ := strings.Cut(files[0].(string), " ")
 			files[0] = "100000 " + rest
-		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of state.commits`},
+		}), "", policy, false, `checkpoint.json: state.files line 1: landed "100000" is not a commit of the checkpoint's history`},
 		{"version 1, without the firing replay's state", v1, "", policy, false, "checkpoint.json: predicateType: \"https://signet.dev/AuditCheckpoint/v1\" is a checkpoint without the state that proves standing certifications' firings"},
 		{"latest run that does not decode", resign(auditor, func(cp map[string]any) {
 			cp["state"].(map[string]any)["latest"] = []any{"fixture !!"}
@@ -321,14 +330,14 @@ func TestCheckpointRefused(t *testing.T) {
 				require.NoError(t, err)
 				repo = r.Dir
 			}
-			rep, err := audit.Branch(t.Context(), audit.Options{Repo: repo, Policy: tc.policy, Checkpoint: tc.checkpoint, CheckpointName: "checkpoint.json"})
+			rep, err := audit.Branch(t.Context(), audit.Options{Repo: repo, Policy: tc.policy, Checkpoint: tc.checkpoint, CheckpointPages: pages, CheckpointName: "checkpoint.json"})
 			require.ErrorIs(t, err, audit.ErrCheckpoint, "the checkpoint must be refused")
 			assert.Nil(t, rep, "a refused checkpoint gives no report")
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
 	// The same checkpoint, untouched, is used.
-	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: good, CheckpointName: "checkpoint.json"})
+	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: good, CheckpointPages: pages, CheckpointName: "checkpoint.json"})
 	require.NoError(t, err)
 	assert.True(t, rep.Clean(), "%v", rep.Findings)
 	require.NotNil(t, rep.From)
@@ -360,7 +369,7 @@ func TestCheckpointOpenRunFlaggedLater(t *testing.T) {
 	require.NotEmpty(t, rep.Checkpoint)
 
 	later := now.Add(24 * time.Hour)
-	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later, Checkpoint: rep.Checkpoint, CheckpointName: "checkpoint.json"})
+	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later, Checkpoint: rep.Checkpoint, CheckpointPages: rep.CheckpointPages, CheckpointName: "checkpoint.json"})
 	require.NoError(t, err)
 	assert.Equal(t, 0, rep.Commits)
 	got := findings(rep, audit.RuleIncompleteRun)

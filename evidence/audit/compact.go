@@ -78,10 +78,10 @@ func (c *closedFile) digestString() specs.Digest {
 // commitAt returns the commit with first-parent index i, whether read by
 // this audit or named by the checkpoint it started from.
 func (a *auditor) commitAt(i int32) *commitInfo {
-	if int(i) < len(a.baseCommits) {
-		return a.baseCommits[i]
+	if int(i) < a.baseLen {
+		return a.pastCommit(int(i))
 	}
-	return a.commits[int(i)-len(a.baseCommits)]
+	return a.commits[int(i)-a.baseLen]
 }
 
 // compactFiles drops the file records of a checked run (whole-branch
@@ -197,25 +197,27 @@ func (a *auditor) sigVerdicts(p string) {
 }
 
 // closedRunOf returns the checked (compacted) run whose directory holds
-// p, nil when p is in none.
-func (a *auditor) closedRunOf(p string) *runAudit {
+// p, nil when p is in none: a run this audit holds, or a finished run of
+// the checkpoint's tables, which it then holds (pastRun).
+func (a *auditor) closedRunOf(p string) (*runAudit, error) {
 	if !a.stream {
-		return nil
+		return nil, nil
 	}
 	// A file directly in a run directory (a receipt, most often): no
 	// need to parse the path. A record of the run at p means ParsePath
 	// placed p there when it was added.
 	if r := a.runsByDir[path.Dir(p)]; r != nil && r.compacted {
-		return r
+		return r, nil
 	}
 	rp, ok := evidence.ParsePath(p)
 	if !ok || !rp.InRun() {
-		return nil
+		return nil, nil
 	}
-	if r := a.runsByDir[rp.Dir()]; r != nil && r.compacted {
-		return r
+	r, err := a.pastRun(rp.Dir())
+	if err != nil || r == nil || !r.compacted {
+		return nil, err
 	}
-	return nil
+	return r, nil
 }
 
 // fileAt returns the latest version of the file at p, whether its run is
@@ -224,9 +226,9 @@ func (a *auditor) fileAt(p string) (*fileRec, error) {
 	if f := a.files[p]; f != nil {
 		return f, nil
 	}
-	r := a.closedRunOf(p)
-	if r == nil {
-		return nil, nil
+	r, err := a.closedRunOf(p)
+	if r == nil || err != nil {
+		return nil, err
 	}
 	rel, _ := r.rel(p)
 	for _, f := range []*fileRec{r.rcFile, r.admFile, r.firFile} {

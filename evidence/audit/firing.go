@@ -145,10 +145,10 @@ func (a *auditor) parentOf(c *commitInfo) plumbing.Hash {
 	switch i := c.index - 1; {
 	case i < 0:
 		return a.older // zero unless only a run directory's history was read
-	case i < len(a.baseCommits):
-		return a.baseCommits[i].hash
+	case i < a.baseLen:
+		return a.pastCommit(i).hash
 	default:
-		return a.commits[i-len(a.baseCommits)].hash
+		return a.commits[i-a.baseLen].hash
 	}
 }
 
@@ -216,7 +216,7 @@ func (a *auditor) checkFiringSequences(runs map[string]*runAudit) {
 		i := strings.LastIndexByte(r.id, '-')
 		name := r.id[:i]
 		seq, _ := specs.FiringSequence(name, r.id)
-		if seq == 1 {
+		if seq == 1 || r.ref {
 			continue
 		}
 		f := r.firFile

@@ -140,7 +140,7 @@ func TestAuditFiring(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, rep.Clean(), "%v", rep.Findings)
 		late := now.Add(evidence.FiringAdmissionBound + audit.DefaultGrace + time.Minute)
-		inc, err := audit.Branch(ctx, audit.Options{Repo: f.Repo, Policy: policy, Now: late, Checkpoint: rep.Checkpoint, CheckpointName: "checkpoint.json"})
+		inc, err := audit.Branch(ctx, audit.Options{Repo: f.Repo, Policy: policy, Now: late, Checkpoint: rep.Checkpoint, CheckpointPages: rep.CheckpointPages, CheckpointName: "checkpoint.json"})
 		require.NoError(t, err)
 		full, err := audit.Branch(ctx, audit.Options{Repo: f.Repo, Policy: policy, Now: late})
 		require.NoError(t, err)
@@ -268,7 +268,7 @@ func TestAuditFiring(t *testing.T) {
 		assert.Contains(t, got[0].Message, "no firing 4")
 		// An incremental audit from the clean checkpoint, which holds
 		// pool-1 and pool-2 only as restored state, agrees.
-		inc, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: clean.Checkpoint, CheckpointName: "checkpoint.json"})
+		inc, err := audit.Branch(ctx, audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: clean.Checkpoint, CheckpointPages: clean.CheckpointPages, CheckpointName: "checkpoint.json"})
 		require.NoError(t, err)
 		assert.Equal(t, rep.Findings, inc.Findings)
 	})

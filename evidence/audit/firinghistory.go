@@ -278,7 +278,7 @@ func (a *auditor) checkFiringAtTip(r *runAudit, st *historyState, pending map[st
 				i, c.Node, c.Reason.Run))
 		}
 	}
-	if h.firingAt < len(a.baseCommits) {
+	if h.firingAt < a.baseLen {
 		for i, c := range fr.Chosen {
 			if was, ok := st.pending[r.dir][c.Node]; ok && c.Reason.Kind == evidence.DueIdentity {
 				identity(i, was)

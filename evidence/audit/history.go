@@ -73,7 +73,7 @@ func (a *auditor) history(ctx context.Context, dir string) error {
 	}
 	slices.Reverse(chain)
 	for i, c := range chain {
-		c.index = len(a.baseCommits) + i
+		c.index = a.baseLen + i
 		a.byHash.put(c)
 	}
 	a.commits = chain
@@ -179,6 +179,9 @@ func (a *auditor) diff(c *commitInfo, dir string, old, new plumbing.Hash) error 
 		}
 		p := path.Join(dir, o.Name)
 		delete(byName, o.Name)
+		if a.tab != nil && (!ok || o.Mode != filemode.Dir || n.Mode != filemode.Dir) {
+			return errPastChanged // a full audit reports it and all it changes
+		}
 		switch {
 		case !ok:
 			a.removed(c, p, o)
@@ -289,11 +292,18 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		}
 		f.digest = specs.DigestOf(data)
 	}
-	if r := a.closedRunOf(p); r != nil {
+	r, err := a.closedRunOf(p)
+	if err != nil {
+		return err
+	}
+	if r != nil {
 		// A file added to a checked run: its files are needed again.
 		if _, err := a.reopen(r); err != nil {
 			return err
 		}
+	}
+	if c.index >= a.baseLen && a.tab != nil {
+		a.newFiles++
 	}
 	if old := a.files[p]; old != nil {
 		f.landed = old.landed
@@ -447,7 +457,7 @@ func (a *auditor) resolveAnchors(ctx context.Context) error {
 			continue
 		}
 		h := plumbing.NewHash(anchor)
-		if c := a.byHash.get(h); c != nil {
+		if c := a.commitByHash(h); c != nil {
 			a.pool.revokedAfter[id] = c.index
 			continue
 		}

@@ -73,10 +73,10 @@ func BenchmarkIncrementalAudit(b *testing.B) {
 	rep, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, CheckpointKey: auditor})
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
-	checkpoint := rep.Checkpoint
+	checkpoint, pages := rep.Checkpoint, rep.CheckpointPages
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
 	require.NoError(b, err)
-	rep, err = audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointName: "bench"})
+	rep, err = audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
 	require.Len(b, rep.Runs, 1)
@@ -88,7 +88,7 @@ func BenchmarkIncrementalAudit(b *testing.B) {
 		audit func() error
 	}{
 		{"incremental", func() error {
-			_, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointName: "bench"})
+			_, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
 			return err
 		}},
 		{"verify-run", func() error {

@@ -48,6 +48,11 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 	for _, p := range paths {
 		rp, ok := evidence.ParsePath(p)
 		f := a.files[p]
+		if f.ref {
+			// Checked by the checkpoint's audit: it only points.
+			pointed[strings.TrimSuffix(string(f.data), "\n")] = true
+			continue
+		}
 		fail := func(msg string) {
 			a.add(Finding{Rule: RuleIndex, Run: rp.Run, Path: p, Commit: f.commit.hash.String(), Message: msg})
 		}
@@ -76,25 +81,37 @@ func (a *auditor) checkIndex(runs map[string]*runAudit) {
 		}
 	}
 	for _, r := range runs {
-		if (r.admitted || r.fired) && !pointed[r.dir] {
+		if !r.ref && (r.admitted || r.fired) && !pointed[r.dir] {
 			a.add(Finding{Rule: RuleIndex, Cluster: r.cluster, Run: r.id, Path: evidence.IndexPath(r.cluster, r.id), Message: fmt.Sprintf("no index entry points at %s", r.dir)})
 		}
 	}
 }
 
+// copyDoc is a signed document checkCopies compares: dir is its whole
+// path when rel is empty.
+type copyDoc struct {
+	dir, rel string
+	blob     plumbing.Hash
+	landed   int
+	commit   *commitInfo
+}
+
+func (d copyDoc) path() string {
+	if d.rel == "" {
+		return d.dir
+	}
+	return d.dir + "/" + d.rel
+}
+
 // checkCopies: no signed document of one run is byte for byte a document
 // of another run. The documents of compacted runs are their closedFile
 // records; only blobs that occur more than once are sorted and compared.
+// An audit from a checkpoint compares its documents with those of the
+// finished runs before the tip with the same bytes (refDocs).
 func (a *auditor) checkCopies() {
-	type doc struct {
-		dir, rel string // rel empty: dir is the whole path (a.files)
-		blob     plumbing.Hash
-		landed   int
-		commit   *commitInfo
-	}
 	count := map[plumbing.Hash]int{}
 	for _, f := range a.files {
-		if f.doc != nil && f.doc.kind == kindDocument {
+		if f.doc != nil && f.doc.kind == kindDocument && !f.ref {
 			count[f.blob]++
 		}
 	}
@@ -103,11 +120,21 @@ func (a *auditor) checkCopies() {
 			count[c.blob]++
 		}
 	})
-	var docs []doc
-	for p, f := range a.files {
-		if f.doc != nil && f.doc.kind == kindDocument && count[f.blob] > 1 {
-			docs = append(docs, doc{dir: p, blob: f.blob, landed: f.landed.index, commit: f.commit})
+	var docs []copyDoc
+	if a.tab != nil {
+		blobs := make(map[plumbing.Hash]bool, len(count))
+		for b := range count {
+			blobs[b] = true
 		}
+		refs, err := a.refDocs(blobs)
+		if err != nil {
+			a.failIO(err)
+			return
+		}
+		for _, d := range refs {
+			count[d.blob]++
+		}
+		docs = refs
 	}
 	dup := false
 	for _, n := range count {
@@ -119,27 +146,27 @@ func (a *auditor) checkCopies() {
 	if !dup {
 		return
 	}
+	docs = slices.DeleteFunc(docs, func(d copyDoc) bool { return count[d.blob] < 2 })
+	for p, f := range a.files {
+		if f.doc != nil && f.doc.kind == kindDocument && !f.ref && count[f.blob] > 1 {
+			docs = append(docs, copyDoc{dir: p, blob: f.blob, landed: f.landed.index, commit: f.commit})
+		}
+	}
 	a.scanClosed(func(r *runAudit, c *closedFile) {
 		if c.kind == kindDocument && count[c.blob] > 1 {
-			docs = append(docs, doc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
+			docs = append(docs, copyDoc{dir: r.dir, rel: c.rel, blob: c.blob, landed: int(c.landed), commit: a.commitAt(c.commit)})
 		}
 	})
-	pathOf := func(d doc) string {
-		if d.rel == "" {
-			return d.dir
-		}
-		return d.dir + "/" + d.rel
-	}
 	// Oldest first, so the copy is the one reported.
 	sort.Slice(docs, func(i, j int) bool {
 		if docs[i].landed != docs[j].landed {
 			return docs[i].landed < docs[j].landed
 		}
-		return pathOf(docs[i]) < pathOf(docs[j])
+		return docs[i].path() < docs[j].path()
 	})
 	first := map[plumbing.Hash]string{}
 	for _, d := range docs {
-		p := pathOf(d)
+		p := d.path()
 		if o, ok := first[d.blob]; ok && runDirOf(o) != runDirOf(p) {
 			a.add(Finding{Rule: RuleCopiedDocument, Run: runOfPath(p), Path: p, Commit: d.commit.hash.String(),
 				Message: fmt.Sprintf("byte for byte the document %s of another run", o)})

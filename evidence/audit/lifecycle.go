@@ -482,7 +482,7 @@ func (r *runAudit) checkReceipt() {
 		}
 		r.checkCertifiedUntil(&rc, len(pass) > 0)
 	}
-	ec := r.a.byHash.get(plumbing.NewHash(rc.EvidenceCommit))
+	ec := r.a.commitByHash(plumbing.NewHash(rc.EvidenceCommit))
 	ok := ec != nil
 	switch {
 	case !ok || len(rc.EvidenceCommit) != 40:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/specs"
 )
 
@@ -161,6 +162,12 @@ type Report struct {
 	// Checkpoint is the signed checkpoint of this audit's end, set only
 	// when the audit is clean and Options.CheckpointKey was given.
 	Checkpoint []byte `json:"-"`
+	// CheckpointPages holds the pages of Checkpoint's state tables
+	// (Options.WritePages, or a pagetable.MemStore).
+	CheckpointPages pagetable.Store `json:"-"`
+	// FullAudit says why an audit asked to start from a checkpoint read
+	// the whole branch instead (From is then nil); empty otherwise.
+	FullAudit string `json:"fullAudit,omitempty"`
 	// Resume is the state of this audit's end, for the next audit in
 	// this process (Options.Resume); set only when the audit is clean
 	// and Options.KeepResume was given.

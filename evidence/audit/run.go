@@ -55,6 +55,10 @@ type runAudit struct {
 	// restored from a checkpoint, checked by the audit that wrote it; not
 	// reported unless a later file reopens it.
 	restored bool
+	// ref: a finished run of the checkpoint's tables that the
+	// whole-branch rules compare this audit's runs and files with
+	// (restoreReferences); never checked again itself.
+	ref bool
 	// What check decoded besides adm, checks, ev and receipt, kept for
 	// documents (Options.Observe) until compact.
 	snapshots  map[string]*evidence.NodeSnapshot

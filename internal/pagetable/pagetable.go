@@ -1,0 +1,423 @@
+// Package pagetable keeps a large sorted table of key/value records as
+// content-addressed pages, so that a key can be read without reading the
+// table whole and every byte read is proven by a digest in the table's
+// page list, the small document the caller signs.
+//
+// A page is records "key\tvalue\n" in strictly increasing key order; it
+// is stored under the hex SHA-256 of its bytes. A new version of a table
+// (Update) rewrites only the pages whose key range receives a put; every
+// other page keeps its digest.
+//
+// What it refuses to do:
+//   - return a value from a page that does not match its listing: a
+//     digest, record count, first key, key order, key range or format
+//     that differs is ErrCorrupt, for the whole page;
+//   - accept keys out of order or twice, an empty key, a key holding a
+//     tab or newline, or a value holding a newline;
+//   - modify a table: Table is immutable, Update returns a new page list.
+package pagetable
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// PageSize is the size at which Writer cuts a page: 128 KiB.
+const PageSize = 128 << 10
+
+// pageSize is PageSize; tests lower it to get many pages from few records.
+var pageSize = PageSize
+
+// cacheSize is how many decoded pages a Table keeps.
+const cacheSize = 32
+
+// Page is one page of a table, as listed in the signed page list.
+type Page struct {
+	First   string `json:"first"`  // the first key it holds
+	Digest  string `json:"sha256"` // hex SHA-256 of its bytes
+	Records int    `json:"records"`
+}
+
+// ErrCorrupt means a page does not match its listing (digest, order,
+// range, count or format), or a listing is malformed. It is never retried.
+var ErrCorrupt = errors.New("pagetable: page does not match its listing")
+
+// Table reads a table from its page list. It is safe for concurrent use.
+type Table struct {
+	pages []Page
+	store Store
+
+	mu    sync.Mutex
+	tick  uint64        // counts cache uses
+	cache map[int]*page // by page index
+}
+
+// page is a verified page: its bytes and where each record lies in them.
+type page struct {
+	data []byte
+	recs []rec
+	used uint64 // Table.tick when last used, under Table.mu
+}
+
+// rec is a record's offsets in its page: data[start:tab] is its key,
+// data[tab+1:end] its value, data[end] its newline.
+type rec struct{ start, tab, end int }
+
+func (p *page) key(i int) []byte   { return p.data[p.recs[i].start:p.recs[i].tab] }
+func (p *page) value(i int) []byte { return p.data[p.recs[i].tab+1 : p.recs[i].end] }
+
+// search returns the index of the first record whose key is >= key.
+func (p *page) search(key string) int {
+	return sort.Search(len(p.recs), func(i int) bool { return string(p.key(i)) >= key })
+}
+
+// Open checks the listing itself (First non-empty and strictly
+// increasing, digests of 64 lowercase hex digits, Records >= 1) and
+// returns the table; it reads no page. Its errors wrap ErrCorrupt and
+// name the page's index.
+func Open(pages []Page, store Store) (*Table, error) {
+	for i, p := range pages {
+		var bad string
+		switch {
+		case p.First == "":
+			bad = "first key is empty"
+		case i > 0 && p.First <= pages[i-1].First:
+			bad = fmt.Sprintf("first key is not after page %d's %q", i-1, pages[i-1].First)
+		case checkDigest(p.Digest) != nil:
+			bad = fmt.Sprintf("sha256 %q is not 64 lowercase hex digits", p.Digest)
+		case p.Records < 1:
+			bad = fmt.Sprintf("records is %d, not at least 1", p.Records)
+		}
+		if bad != "" {
+			return nil, fmt.Errorf("%w: listing page %d (first %q): %s", ErrCorrupt, i, p.First, bad)
+		}
+	}
+	return &Table{pages: slices.Clone(pages), store: store, cache: map[int]*page{}}, nil
+}
+
+// Pages returns a copy of the table's page list.
+func (t *Table) Pages() []Page { return slices.Clone(t.pages) }
+
+// Get returns the value of key, or ok false when the table does not hold
+// it. A page that fails verification is an error wrapping ErrCorrupt; a
+// page missing from the store is the store's error. Either way no value
+// is returned.
+func (t *Table) Get(key string) (value string, ok bool, err error) {
+	i := sort.Search(len(t.pages), func(i int) bool { return t.pages[i].First > key }) - 1
+	if i < 0 { // before the first key
+		return "", false, nil
+	}
+	pg, err := t.page(i)
+	if err != nil {
+		return "", false, err
+	}
+	j := pg.search(key)
+	if j == len(pg.recs) || string(pg.key(j)) != key {
+		return "", false, nil
+	}
+	return string(pg.value(j)), true, nil
+}
+
+// page returns page i, verified, from the cache or the store.
+func (t *Table) page(i int) (*page, error) {
+	t.mu.Lock()
+	if pg, ok := t.cache[i]; ok {
+		t.tick++
+		pg.used = t.tick
+		t.mu.Unlock()
+		return pg, nil
+	}
+	t.mu.Unlock()
+
+	p := t.pages[i]
+	data, err := t.store.Get(p.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("pagetable: page %d (first %q, sha256 %s): %w", i, p.First, p.Digest, err)
+	}
+	next := ""
+	if i+1 < len(t.pages) {
+		next = t.pages[i+1].First
+	}
+	pg, err := decode(data, p, next)
+	if err != nil {
+		return nil, fmt.Errorf("%w: page %d (first %q): %w", ErrCorrupt, i, p.First, err)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cached, ok := t.cache[i]; ok { // another Get read it meanwhile
+		return cached, nil
+	}
+	if len(t.cache) >= cacheSize {
+		oldest := -1
+		for j, c := range t.cache {
+			if oldest < 0 || c.used < t.cache[oldest].used {
+				oldest = j
+			}
+		}
+		delete(t.cache, oldest)
+	}
+	t.tick++
+	pg.used = t.tick
+	t.cache[i] = pg
+	return pg, nil
+}
+
+// decode verifies data against its listing p, next being the following
+// page's First ("" for the last page), and returns it decoded. Its error
+// says what failed.
+func decode(data []byte, p Page, next string) (*page, error) {
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != p.Digest {
+		return nil, fmt.Errorf("its bytes hash to sha256 %s, not %s", got, p.Digest)
+	}
+	pg := &page{data: data, recs: make([]rec, 0, min(p.Records, len(data)/3))}
+	for start := 0; start < len(data); {
+		n := len(pg.recs)
+		end := bytes.IndexByte(data[start:], '\n')
+		if end < 0 {
+			return nil, fmt.Errorf("record %d has no newline", n)
+		}
+		end += start
+		tab := bytes.IndexByte(data[start:end], '\t')
+		if tab <= 0 {
+			return nil, fmt.Errorf("record %d has no tab after a non-empty key", n)
+		}
+		tab += start
+		pg.recs = append(pg.recs, rec{start, tab, end})
+		key := pg.key(n) // compared as string(key): no copy
+		switch {
+		case n == p.Records:
+			return nil, fmt.Errorf("it holds more than %d records", p.Records)
+		case n == 0 && string(key) != p.First:
+			return nil, fmt.Errorf("its first key is %q", key)
+		case n > 0 && string(key) <= string(pg.key(n-1)):
+			return nil, fmt.Errorf("key %q of record %d is not after %q", key, n, pg.key(n-1))
+		case next != "" && string(key) >= next:
+			return nil, fmt.Errorf("key %q of record %d is not before the next page's first key %q", key, n, next)
+		}
+		start = end + 1
+	}
+	if len(pg.recs) != p.Records {
+		return nil, fmt.Errorf("it holds %d records, not %d", len(pg.recs), p.Records)
+	}
+	return pg, nil
+}
+
+// Update returns the page list of t with puts merged in: a put replaces
+// the value of a key t holds, or adds the key. It writes the rewritten
+// pages to dst and carries every other page into dst (Carry). Only pages
+// whose key range receives a put are rewritten, a key before the first
+// page's First going into the first page; a rewritten page larger than
+// twice PageSize is split into pages of about PageSize. t is not
+// modified.
+func (t *Table) Update(puts map[string]string, dst Store) ([]Page, error) {
+	keys := make([]string, 0, len(puts))
+	for k, v := range puts {
+		if err := checkRecord(k, v); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(t.pages) == 0 {
+		w := NewWriter(dst)
+		for _, k := range keys {
+			if err := w.Add(k, puts[k]); err != nil {
+				return nil, err
+			}
+		}
+		return w.Finish()
+	}
+	out := make([]Page, 0, len(t.pages))
+	for i, p := range t.pages {
+		lo, hi := 0, len(keys)
+		if i > 0 {
+			lo = sort.SearchStrings(keys, p.First)
+		}
+		if i+1 < len(t.pages) {
+			hi = sort.SearchStrings(keys, t.pages[i+1].First)
+		}
+		if lo == hi {
+			if err := Carry(dst, t.store, p.Digest); err != nil {
+				return nil, fmt.Errorf("pagetable: carrying page %d (first %q): %w", i, p.First, err)
+			}
+			out = append(out, p)
+			continue
+		}
+		pg, err := t.page(i)
+		if err != nil {
+			return nil, err
+		}
+		data, starts := merge(pg, keys[lo:hi], puts)
+		pages, err := split(dst, data, starts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pages...)
+	}
+	return out, nil
+}
+
+// merge returns the records of pg with the sorted keys put into it, and
+// the offset where each record starts.
+func merge(pg *page, keys []string, puts map[string]string) ([]byte, []int) {
+	data := make([]byte, 0, len(pg.data)+len(keys)*64)
+	starts := make([]int, 0, len(pg.recs)+len(keys))
+	put := func(k string) {
+		starts = append(starts, len(data))
+		data = appendRecord(data, k, puts[k])
+	}
+	for i, r := range pg.recs {
+		key := pg.key(i)
+		for len(keys) > 0 && keys[0] < string(key) {
+			put(keys[0])
+			keys = keys[1:]
+		}
+		if len(keys) > 0 && keys[0] == string(key) {
+			put(keys[0])
+			keys = keys[1:]
+			continue
+		}
+		starts = append(starts, len(data))
+		data = append(data, pg.data[r.start:r.end+1]...)
+	}
+	for _, k := range keys {
+		put(k)
+	}
+	return data, starts
+}
+
+// split writes the records data (starting at starts) to store as one
+// page, or, when data is larger than twice the page size, as pages of
+// about the page size cut between records.
+func split(store Store, data []byte, starts []int) ([]Page, error) {
+	n := 1
+	if len(data) > 2*pageSize {
+		n = (len(data) + pageSize/2) / pageSize
+	}
+	var pages []Page
+	for a := 0; a < len(starts); {
+		target := len(data) * (len(pages) + 1) / n
+		b := a + 1
+		for b < len(starts) && starts[b] < target {
+			b++
+		}
+		end := len(data)
+		if b < len(starts) {
+			end = starts[b]
+		}
+		p, err := putPage(store, data[starts[a]:end], b-a)
+		if err != nil {
+			return nil, err
+		}
+		pages = append(pages, p)
+		a = b
+	}
+	return pages, nil
+}
+
+// putPage writes the page data, which holds records records, to store.
+func putPage(store Store, data []byte, records int) (Page, error) {
+	sum := sha256.Sum256(data)
+	p := Page{
+		First:   string(data[:bytes.IndexByte(data, '\t')]),
+		Digest:  hex.EncodeToString(sum[:]),
+		Records: records,
+	}
+	if err := store.Put(p.Digest, data); err != nil {
+		return Page{}, fmt.Errorf("pagetable: page with first key %q: %w", p.First, err)
+	}
+	return p, nil
+}
+
+func appendRecord(data []byte, key, value string) []byte {
+	data = append(data, key...)
+	data = append(data, '\t')
+	data = append(data, value...)
+	return append(data, '\n')
+}
+
+// checkRecord refuses a record the page format cannot hold.
+func checkRecord(key, value string) error {
+	switch {
+	case key == "":
+		return errors.New("pagetable: key is empty")
+	case strings.ContainsAny(key, "\t\n"):
+		return fmt.Errorf("pagetable: key %q holds a tab or newline", key)
+	case strings.Contains(value, "\n"):
+		return fmt.Errorf("pagetable: value of key %q holds a newline", key)
+	}
+	return nil
+}
+
+// Writer builds a table from records added in strictly increasing key
+// order, cutting a page once it holds PageSize bytes or more and writing
+// each page to its store as it is cut.
+type Writer struct {
+	store Store
+	buf   []byte
+	n     int    // records in buf
+	last  string // the last key added
+	pages []Page
+	err   error // the first error, returned by every later call
+}
+
+// NewWriter returns a Writer of pages to store.
+func NewWriter(store Store) *Writer { return &Writer{store: store, pages: []Page{}} }
+
+// Add appends a record. A key not after the previous one, or a record the
+// format cannot hold, is an error naming the key(s), and the record is
+// not added; an error writing a page is returned by every later call.
+func (w *Writer) Add(key, value string) error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := checkRecord(key, value); err != nil {
+		return err
+	}
+	if w.last != "" && key <= w.last {
+		return fmt.Errorf("pagetable: key %q is not after the previous key %q", key, w.last)
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 0, pageSize+pageSize/8)
+	}
+	w.buf = appendRecord(w.buf, key, value)
+	w.n++
+	w.last = key
+	if len(w.buf) >= pageSize {
+		return w.cut()
+	}
+	return nil
+}
+
+// cut writes the page in buf, if it holds any record.
+func (w *Writer) cut() error {
+	if w.n == 0 {
+		return nil
+	}
+	p, err := putPage(w.store, w.buf, w.n)
+	if err != nil {
+		w.err = err
+		return err
+	}
+	w.pages = append(w.pages, p)
+	w.buf, w.n = nil, 0
+	return nil
+}
+
+// Finish writes the last page and returns the page list: empty, not nil,
+// when no record was added.
+func (w *Writer) Finish() ([]Page, error) {
+	if err := w.cut(); err != nil {
+		return nil, err
+	}
+	return w.pages, nil
+}

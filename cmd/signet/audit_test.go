@@ -17,6 +17,7 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/internal/testing/evidencetest/reconciled"
 	"signet.dev/signet/signing"
@@ -352,6 +353,7 @@ func TestFinding6AuditPinnedTips(t *testing.T) {
 // after; a checkpoint that does not verify is exit 2, never clean; a key
 // outside spec.auditors cannot write one.
 func TestAuditCheckpoint(t *testing.T) {
+	defer pagetable.SetPageSize(128)() // many pages from a small branch
 	f := evidenceFixture(t)
 	c, err := f.Clone(filepath.Join(t.TempDir(), "evidence.git"))
 	require.NoError(t, err)
@@ -394,6 +396,72 @@ func TestAuditCheckpoint(t *testing.T) {
 	assert.Equal(t, 1, rep.Commits, "only the commit after the checkpoint is read")
 	assert.Equal(t, commits[len(commits)-1], rep.Pin.Commit)
 
+	t.Run("state pages", func(t *testing.T) {
+		// The checkpoint's state pages are beside it, in ckpt.pages: the
+		// next checkpoint links the pages it keeps, and one written over
+		// its predecessor leaves only its own.
+		listed := func(file string) map[string]bool {
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			pages, err := audit.CheckpointPageList(b)
+			require.NoError(t, err)
+			out := map[string]bool{}
+			for _, p := range pages {
+				out[p.Digest] = true
+			}
+			return out
+		}
+		inDir := func(dir string) map[string]bool {
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			out := map[string]bool{}
+			for _, e := range entries {
+				out[e.Name()] = true
+			}
+			return out
+		}
+		require.Equal(t, listed(ckpt), inDir(ckpt+".pages"))
+		next := filepath.Join(t.TempDir(), "next.ckpt")
+		_, stderr, code := runSigningCLI(t, append([]string{"audit", "--checkpoint", ckpt, "--write-checkpoint", next, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+		require.Equal(t, 0, code, stderr)
+		require.Equal(t, listed(next), inDir(next+".pages"))
+		kept, linked := 0, 0
+		for d := range listed(next) {
+			if listed(ckpt)[d] {
+				a, err := os.Stat(filepath.Join(ckpt+".pages", d))
+				require.NoError(t, err)
+				b, err := os.Stat(filepath.Join(next+".pages", d))
+				require.NoError(t, err)
+				kept++
+				if os.SameFile(a, b) {
+					linked++ // else a rewritten page that came out the same
+				}
+			}
+		}
+		t.Logf("the next checkpoint keeps %d of its %d pages, %d of them linked", kept, len(listed(next)), linked)
+		require.Positive(t, linked, "the next checkpoint linked no page of its predecessor")
+		rep, code, stderr := auditJSON(t, append(base, "--checkpoint", next)...)
+		require.Equal(t, 0, code, stderr)
+		assert.Equal(t, 0, rep.Commits)
+
+		// Over itself: the pages it replaced go.
+		again := filepath.Join(t.TempDir(), "again.ckpt")
+		require.NoError(t, os.CopyFS(again+".pages", os.DirFS(ckpt+".pages")))
+		b, err := os.ReadFile(ckpt)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(again, b, 0o600))
+		_, stderr, code = runSigningCLI(t, append([]string{"audit", "--checkpoint", again, "--write-checkpoint", again, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+		require.Equal(t, 0, code, stderr)
+		require.Equal(t, listed(again), inDir(again+".pages"))
+
+		// Its pages gone: refused, exit 2, naming the state pages. (A
+		// page is read, and checked, when a key in it is looked up.)
+		require.NoError(t, os.RemoveAll(again+".pages"))
+		out, stderr, code := runSigningCLI(t, append([]string{"audit", "--checkpoint", again}, base...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.NotContains(t, out, "audit: clean")
+		assert.Contains(t, stderr, "--checkpoint: evidence: audit checkpoint refused: "+again+": state.pages: ")
+	})
 	t.Run("tampered checkpoint", func(t *testing.T) {
 		b, err := os.ReadFile(ckpt)
 		require.NoError(t, err)

@@ -195,7 +195,6 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	a.tab, a.tabName, a.baseLen = tab, name, st.Commits
 	a.pastCommits, a.noRun = map[int]*commitInfo{}, map[string]bool{}
 	a.base = &commitInfo{hash: plumbing.NewHash(cp.Tip), when: cp.TipCommitted, index: st.Commits - 1, sigErr: &sigResult{}}
-	a.pastCommits[a.base.index] = a.base
 	a.byHash.put(a.base)
 	raw, err := readRaw(a.rd, plumbing.CommitObject, a.base.hash)
 	if err != nil {

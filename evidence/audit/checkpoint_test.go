@@ -1,12 +1,14 @@
 package audit_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +125,18 @@ func TestIncrementalAuditAgrees(t *testing.T) {
 			p := find(t, c, "/run-a/"+evidence.ReceiptFile)
 			link := fmt.Sprintf(`{"run":"run-a","receipt":{"path":%q,"digest":%q}}`, p, specs.DigestOf(read(t, c, p)))
 			appendFiles(t, c, map[string][]byte{evidence.ChainPath(evidencetest.Cluster, 4): []byte(link)})
+			return plain(t, c)
+		}, 0},
+		{"receipt naming a previous receipt before the checkpoint", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			// run-c's receipt claims sequence 4 after run-a's (sequence
+			// 1): a fork with run-b's, which names run-a's too, found
+			// only by asking the past which receipt names that one.
+			prev := find(t, c, "/run-a/"+evidence.ReceiptFile)
+			digest := specs.DigestOf(read(t, c, prev))
+			resignReceiptWith(t, f, c, "run-c", 4, func(pred map[string]any) {
+				pred["sequence"] = 4
+				pred["previous"] = map[string]any{"path": prev, "digest": string(digest)}
+			})
 			return plain(t, c)
 		}, 0},
 		{"index entry of a run before the checkpoint in another shard", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
@@ -336,6 +350,39 @@ func TestCheckpointRefused(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+	// Its state pages: each read is checked against the digest the
+	// signed checkpoint names.
+	list, err := audit.CheckpointPageList(good)
+	require.NoError(t, err)
+	require.NotEmpty(t, list)
+	for _, tc := range []struct {
+		name  string
+		pages func() pagetable.Store
+		want  string
+	}{
+		{"state page changed", func() pagetable.Store {
+			changed, n := pagetable.NewMemStore(), 0
+			for _, p := range list {
+				b, err := pages.Get(p.Digest)
+				require.NoError(t, err)
+				if c := bytes.Replace(b, []byte("\n"+"r/"), []byte("\n"+"r/x"), 1); !bytes.Equal(c, b) { // a finished run moved
+					b, n = c, n+1
+				}
+				require.NoError(t, changed.Put(p.Digest, b))
+			}
+			require.Positive(t, n, "no page holds a finished run after another record")
+			return changed
+		}, "checkpoint.json: state.pages: pagetable: page does not match its listing"},
+		{"state page missing", func() pagetable.Store { return pagetable.NewMemStore() }, "checkpoint.json: state.pages: "},
+		{"no state pages given", func() pagetable.Store { return nil }, "checkpoint.json: state.pages: no store of the checkpoint's state pages was given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: good, CheckpointPages: tc.pages(), CheckpointName: "checkpoint.json"})
+			require.ErrorIs(t, err, audit.ErrCheckpoint, "the checkpoint must be refused")
+			assert.Nil(t, rep, "a refused checkpoint gives no report")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 	// The same checkpoint, untouched, is used.
 	rep, err = audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Checkpoint: good, CheckpointPages: pages, CheckpointName: "checkpoint.json"})
 	require.NoError(t, err)
@@ -378,4 +425,72 @@ func TestCheckpointOpenRunFlaggedLater(t *testing.T) {
 	full, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: later})
 	require.NoError(t, err)
 	assert.Equal(t, full.Findings, rep.Findings)
+}
+
+// countingPages counts the distinct pages an audit reads.
+type countingPages struct {
+	pagetable.Store
+	mu   sync.Mutex
+	read map[string]bool
+}
+
+func (c *countingPages) Get(digest string) ([]byte, error) {
+	c.mu.Lock()
+	c.read[digest] = true
+	c.mu.Unlock()
+	return c.Store.Get(digest)
+}
+
+// TestIncrementalAuditReadsWhatIsNew: an audit from a checkpoint reads
+// the state pages of the keys its new commits touch, not the state: with
+// the tables cut into small pages (1 KiB: about two a run), an audit of
+// the last run from the checkpoint before it reads about a page for each
+// of its documents and of the keys it looks up, as many whether the
+// branch holds 20 runs or 80. (At 10^5 runs the tables are hundreds of
+// megabytes: BenchmarkIncrementalAudit.)
+func TestIncrementalAuditReadsWhatIsNew(t *testing.T) {
+	defer pagetable.SetPageSize(1 << 10)()
+	auditor := newKey(t)
+	reads := map[int]int{}
+	for _, runs := range []int{20, 80} {
+		key, approver := newKey(t), newKey(t)
+		s, err := evidencetest.Synthesize(t.Context(), t.TempDir(), runs, 2, key, approver)
+		require.NoError(t, err)
+		policy, err := signing.NewTrustPolicy("pages", signing.TrustPolicySpec{
+			Keys:            []signing.TrustedKeySpec{signing.KeySpec(approver.Public()), signing.KeySpec(key.Public()), signing.KeySpec(auditor.Public())},
+			Approvers:       []string{approver.KeyID()},
+			EvidenceSigners: []string{key.KeyID()},
+			Auditors:        []string{auditor.KeyID()},
+		})
+		require.NoError(t, err)
+		c := &evidencetest.Copy{Dir: s.Remote}
+		last := fmt.Sprintf("run-%06d", runs-1)
+		adm, err := c.Find("/" + last + "/" + evidence.AdmissionFile)
+		require.NoError(t, err)
+		first, err := evidencetest.Git(s.Remote, nil, "rev-list", "--reverse", "--first-parent", "refs/heads/"+evidencetest.Branch, "--", path.Dir(adm), evidence.IndexPath("synthetic", last))
+		require.NoError(t, err)
+		tip, err := c.Tip()
+		require.NoError(t, err)
+		_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, strings.Fields(first)[0]+"^")
+		require.NoError(t, err)
+		now := time.Now()
+		rep, err := audit.Branch(t.Context(), audit.Options{Repo: s.Remote, Policy: policy, Now: now, CheckpointKey: auditor})
+		require.NoError(t, err)
+		require.True(t, rep.Clean(), "%v", rep.Findings)
+		list, err := audit.CheckpointPageList(rep.Checkpoint)
+		require.NoError(t, err)
+		_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
+		require.NoError(t, err)
+		pages := &countingPages{Store: rep.CheckpointPages, read: map[string]bool{}}
+		incr, err := audit.Branch(t.Context(), audit.Options{Repo: s.Remote, Policy: policy, Now: now, Checkpoint: rep.Checkpoint, CheckpointPages: pages, CheckpointName: "checkpoint.json"})
+		require.NoError(t, err)
+		require.True(t, incr.Clean(), "%v", incr.Findings)
+		require.NotNil(t, incr.From)
+		require.Len(t, incr.Runs, 1)
+		t.Logf("%d runs: %d state pages, the audit of the last run read %d", runs, len(list), len(pages.read))
+		reads[runs] = len(pages.read)
+		require.Greater(t, len(list), 2*runs, "%d runs: %d pages, the tables are not cut small", runs, len(list))
+	}
+	assert.LessOrEqual(t, reads[80], reads[20]+3, "the pages read grow with the branch: %v", reads)
+	assert.LessOrEqual(t, reads[80], 20, "the audit of one run reads more than its lookups' pages")
 }

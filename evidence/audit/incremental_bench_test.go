@@ -2,8 +2,10 @@ package audit_test
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,44 +14,71 @@ import (
 
 	"signet.dev/signet/evidence"
 	"signet.dev/signet/evidence/audit"
+	"signet.dev/signet/internal/pagetable"
 	"signet.dev/signet/internal/testing/evidencetest"
 	"signet.dev/signet/signing"
 )
 
 // incrBenchRuns is the branch length of BenchmarkIncrementalAudit: runs
-// of two checks (8 signed documents and 8 commits each). Synthesizing
-// it takes about a minute per 100 runs on a shared 2-core machine.
+// of two checks (8 signed documents and 8 commits each).
+// SIGNET_BENCH_INCR_RUNS=N audits instead the cached synthetic branch of
+// N runs of four checks (evidencetest.SynthesizeCached, as make
+// bench-scale; 10^5 runs take hours to write the first time) and skips
+// the full audit's sub-benchmark (tens of minutes at 10^5: the
+// checkpoint's own audit is one).
 const incrBenchRuns = 200
 
 // BenchmarkIncrementalAudit: one new run on a branch of incrBenchRuns
 // runs, audited from the checkpoint of the branch before it
-// (incremental), against auditing that run alone (verify-run:
+// (incremental, its state pages read from a directory, as signet audit
+// --checkpoint reads them), against auditing that run alone (verify-run:
 // audit.Verify, which replays only the run directory's history) and the
 // full audit of the same branch (full). The goal: incremental ≤
-// 2× verify-run; the ratio is logged, measured on interleaved pairs.
+// 2× verify-run, measured on interleaved pairs (interleaved: the
+// incremental/verify-run metric), so that the load of a shared machine
+// weighs on both alike.
 func BenchmarkIncrementalAudit(b *testing.B) {
 	ctx := b.Context()
-	key, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
-	require.NoError(b, err)
-	approver, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
-	require.NoError(b, err)
 	auditor, err := signing.GenerateKey(signing.AlgorithmEd25519)
 	require.NoError(b, err)
-	s, err := evidencetest.Synthesize(ctx, b.TempDir(), incrBenchRuns, 2, key, approver)
-	require.NoError(b, err)
-	policy, err := signing.NewTrustPolicy("bench", signing.TrustPolicySpec{
-		Keys:            []signing.TrustedKeySpec{signing.KeySpec(approver.Public()), signing.KeySpec(key.Public()), signing.KeySpec(auditor.Public())},
-		Approvers:       []string{approver.KeyID()},
-		EvidenceSigners: []string{key.KeyID()},
-		Auditors:        []string{auditor.KeyID()},
-	})
+	runs, cached := incrBenchRuns, os.Getenv("SIGNET_BENCH_INCR_RUNS")
+	var s *evidencetest.Synthetic
+	var keys []*signing.PublicKey
+	var approvers, signers []string
+	if cached != "" {
+		runs, err = strconv.Atoi(cached)
+		require.NoError(b, err)
+		s, err = evidencetest.SynthesizeCached(ctx, runs, 4)
+		require.NoError(b, err)
+		keys = append(s.Policy.Approvers(), s.Policy.EvidenceSigners()...)
+		for _, k := range s.Policy.Approvers() {
+			approvers = append(approvers, k.KeyID())
+		}
+		for _, k := range s.Policy.EvidenceSigners() {
+			signers = append(signers, k.KeyID())
+		}
+	} else {
+		key, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
+		require.NoError(b, err)
+		approver, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
+		require.NoError(b, err)
+		s, err = evidencetest.Synthesize(ctx, b.TempDir(), runs, 2, key, approver)
+		require.NoError(b, err)
+		keys = []*signing.PublicKey{approver.Public(), key.Public()}
+		approvers, signers = []string{approver.KeyID()}, []string{key.KeyID()}
+	}
+	spec := signing.TrustPolicySpec{Approvers: approvers, EvidenceSigners: signers, Auditors: []string{auditor.KeyID()}}
+	for _, k := range append(keys, auditor.Public()) {
+		spec.Keys = append(spec.Keys, signing.KeySpec(k))
+	}
+	policy, err := signing.NewTrustPolicy("bench", spec)
 	require.NoError(b, err)
 	// A packed clone, as an auditor reads it.
 	repo := filepath.Join(b.TempDir(), "clone.git")
 	_, err = evidencetest.Git("", nil, "clone", "-q", "--bare", "--no-local", s.Remote, repo)
 	require.NoError(b, err)
 	c := &evidencetest.Copy{Dir: repo}
-	last := fmt.Sprintf("run-%06d", incrBenchRuns-1)
+	last := fmt.Sprintf("run-%06d", runs-1)
 	adm, err := c.Find("/" + last + "/admission.json")
 	require.NoError(b, err)
 	first, err := evidencetest.Git(repo, nil, "rev-list", "--reverse", "--first-parent", "refs/heads/"+evidencetest.Branch, "--", path.Dir(adm), evidence.IndexPath("synthetic", last))
@@ -58,70 +87,77 @@ func BenchmarkIncrementalAudit(b *testing.B) {
 	require.NoError(b, err)
 	// The checkpoint: the branch up to the commit before the last run's
 	// first (its index entry or admission).
-	var before string
-	commits, err := c.Commits()
+	before, err := evidencetest.Git(repo, nil, "rev-parse", strings.Fields(first)[0]+"^")
 	require.NoError(b, err)
-	for i, h := range commits {
-		if h == strings.Fields(first)[0] {
-			before = commits[i-1]
-		}
-	}
-	require.NotEmpty(b, before)
+	before = strings.TrimSpace(before)
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, before)
 	require.NoError(b, err)
 	now := time.Now()
-	rep, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, CheckpointKey: auditor})
+	pages, err := pagetable.NewDirStore(filepath.Join(b.TempDir(), "checkpoint.pages"))
+	require.NoError(b, err)
+	start := time.Now()
+	rep, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, CheckpointKey: auditor, WritePages: pages})
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
-	checkpoint, pages := rep.Checkpoint, rep.CheckpointPages
+	b.Logf("the checkpoint's audit (the branch but the last run): %v", time.Since(start))
+	checkpoint := rep.Checkpoint
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
 	require.NoError(b, err)
-	rep, err = audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
+	incremental := func() (*audit.Report, error) {
+		return audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
+	}
+	rep, err = incremental()
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
 	require.Len(b, rep.Runs, 1)
-	b.Logf("%d runs, %d documents, %d commits; checkpoint %d bytes; the new run: %d commits", incrBenchRuns, s.Documents, len(commits), len(checkpoint), rep.Commits)
+	require.NotNil(b, rep.From, "the audit started from the checkpoint")
+	list, err := audit.CheckpointPageList(checkpoint)
+	require.NoError(b, err)
+	b.Logf("%d runs, %d documents; checkpoint %d bytes naming %d state pages; the new run: %d commits", runs, s.Documents, len(checkpoint), len(list), rep.Commits)
 
-	perOp := map[string]time.Duration{}
-	audits := []struct {
-		name  string
-		audit func() error
-	}{
-		{"incremental", func() error {
-			_, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
-			return err
-		}},
-		{"verify-run", func() error {
-			_, err := audit.Verify(ctx, audit.VerifyOptions{Repo: repo, Run: last, Policy: policy, Now: now})
-			return err
-		}},
-		{"full", func() error {
-			_, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now})
-			return err
-		}},
+	verifyRun := func() error {
+		_, err := audit.Verify(ctx, audit.VerifyOptions{Repo: repo, Run: last, Policy: policy, Now: now})
+		return err
 	}
-	for _, tc := range audits {
-		b.Run(tc.name, func(b *testing.B) {
-			start := time.Now()
-			for b.Loop() {
-				if err := tc.audit(); err != nil {
-					b.Fatal(err)
-				}
+	b.Run("incremental", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := incremental(); err != nil {
+				b.Fatal(err)
 			}
-			perOp[tc.name] = time.Since(start) / time.Duration(b.N)
-		})
+		}
+	})
+	b.Run("verify-run", func(b *testing.B) {
+		for b.Loop() {
+			if err := verifyRun(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("interleaved", func(b *testing.B) {
+		var incr, alone time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if _, err := incremental(); err != nil {
+				b.Fatal(err)
+			}
+			incr += time.Since(start)
+			start = time.Now()
+			if err := verifyRun(); err != nil {
+				b.Fatal(err)
+			}
+			alone += time.Since(start)
+		}
+		b.ReportMetric(float64(incr)/float64(alone), "incremental/verify-run")
+	})
+	if cached != "" {
+		b.Logf("full: not run on the cached branch (the checkpoint's audit above is one)")
+		return
 	}
-	// The ratio from interleaved pairs, so that the load of a shared
-	// machine weighs on both alike.
-	var incr, alone time.Duration
-	for range 20 {
-		start := time.Now()
-		require.NoError(b, audits[0].audit())
-		incr += time.Since(start)
-		start = time.Now()
-		require.NoError(b, audits[1].audit())
-		alone += time.Since(start)
-	}
-	b.Logf("incremental %v, verify-run %v, full %v per audit; interleaved: incremental/verify-run = %.2f (goal ≤ 2)",
-		perOp["incremental"], perOp["verify-run"], perOp["full"], float64(incr)/float64(alone))
+	b.Run("full", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -494,122 +494,195 @@ func (a *auditor) decodeDocs(key, v string) ([]copyDoc, error) {
 	return out, nil
 }
 
-// docEntry is a signed document of a finished run, for the b/ records.
+// docEntry is a signed document of a finished run, for the b/ records:
+// its run by index in the runs written (36 bytes, a few million at 10^5
+// runs).
 type docEntry struct {
 	blob           plumbing.Hash
 	landed, commit int32
-	r              *runAudit
-	rel            string
+	run            int32
+	rel            uint16
 }
 
 // writeTables writes the state tables of the audit's end to pages: a
-// whole-branch audit writes them all, an audit from a checkpoint the
-// records its subjects change on top of the checkpoint's tables.
+// whole-branch audit writes them all, kind by kind in key order, without
+// holding them (at 10^5 runs they are hundreds of megabytes); an audit
+// from a checkpoint puts the records its subjects add or change into the
+// checkpoint's tables.
 func (a *auditor) writeTables(pages pagetable.Store) ([]pagetable.Page, error) {
-	type rec struct{ key, value string }
-	recs := map[string][]rec{}
-	put := func(key, value string) { recs[key[:2]] = append(recs[key[:2]], rec{key, value}) }
-	commits := a.commits
-	for _, c := range commits {
-		put(commitKey(c.index), fmt.Sprintf("%s %d", c.hash, c.when.Unix()))
-		put(tabHash+c.hash.String(), strconv.Itoa(c.index))
-	}
-	var docs []docEntry
+	// Finished runs this audit holds as subjects, by directory.
+	var finished []*runAudit
 	for _, r := range a.runs {
-		l := r.chainLink()
-		if r.ref || l == nil {
-			continue
+		if !r.ref && r.chainLink() != nil {
+			finished = append(finished, r)
+		}
+	}
+	sort.Slice(finished, func(i, j int) bool { return finished[i].dir < finished[j].dir })
+	filesOf := func(r *runAudit) ([]closedFile, error) {
+		if r.compacted {
+			closed, err := r.closedRecs()
+			return slices.Clone(closed), err
 		}
 		var closed []closedFile
-		if r.compacted {
-			var err error
-			if closed, err = r.closedRecs(); err != nil {
-				return nil, err
-			}
-			closed = slices.Clone(closed)
-		} else {
-			for rel, f := range r.files {
-				closed = append(closed, newClosedFile(rel, f))
-			}
+		for rel, f := range r.files {
+			closed = append(closed, newClosedFile(rel, f))
 		}
-		prev := "- -"
-		if l.Previous != nil {
-			if strings.ContainsAny(string(l.Previous.Digest)+l.Previous.Path, " \t\n") {
-				return nil, fmt.Errorf("evidence: run directory %q cannot be written in a checkpoint", r.dir)
-			}
-			prev = string(l.Previous.Digest) + " " + l.Previous.Path
-			put(tabPrev+r.cluster+"/"+string(l.Previous.Digest), r.dir)
-		}
-		put(tabRun+r.dir, fmt.Sprintf("%d %d %d %s %s", b2i(r.admitted), b2i(r.fired), l.Sequence, prev, encodeRunFiles(closed)))
-		for _, c := range closed {
-			if c.kind == kindDocument {
-				docs = append(docs, docEntry{blob: c.blob, landed: c.landed, commit: c.commit, r: r, rel: c.rel})
-			}
-		}
+		return closed, nil
 	}
+	// Index entries and chain links this audit read, by key.
+	type keyed struct {
+		key string
+		f   *fileRec
+	}
+	var entries, links []keyed
 	for p, f := range a.files {
 		if f.ref {
 			continue
 		}
-		rp, ok := evidence.ParsePath(p)
-		switch {
+		switch rp, ok := evidence.ParsePath(p); {
 		case ok && rp.Kind == evidence.KindIndex:
-			put(tabIndex+rp.Cluster+"/"+rp.Run, fmt.Sprintf("%d %s %s %s", f.landed.index, f.blob, p, strings.TrimSuffix(string(f.data), "\n")))
+			entries = append(entries, keyed{tabIndex + rp.Cluster + "/" + rp.Run, f})
 		case ok && rp.Kind == evidence.KindChainLink:
-			l, err := encodeLink(p, f)
-			if err != nil {
-				return nil, err
-			}
-			put(linkKey(rp.Cluster, rp.Seq), fmt.Sprintf("%d %s %s %s %s %s", f.landed.index, f.blob, p, l.Run, l.Receipt.Path, l.Receipt.Digest))
+			links = append(links, keyed{linkKey(rp.Cluster, rp.Seq), f})
 		}
 	}
-	// Documents by blob, then path: one record a blob.
+	byKey := func(x, y keyed) int { return strings.Compare(x.key, y.key) }
+	slices.SortFunc(entries, byKey)
+	slices.SortFunc(links, byKey)
+
+	var emit func(key, value string) error
+	var w *pagetable.Writer
+	puts := map[string]string{}
+	if a.tab == nil {
+		w = pagetable.NewWriter(pages)
+		emit = w.Add
+	} else {
+		emit = func(key, value string) error { puts[key] = value; return nil }
+	}
+
+	// b/: documents by blob, then path.
+	var docs []docEntry
+	var rels []string
+	relIndex := map[string]uint16{}
+	for i, r := range finished {
+		closed, err := filesOf(r)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range closed {
+			if c.kind != kindDocument {
+				continue
+			}
+			n, ok := relIndex[c.rel]
+			if !ok {
+				if len(rels) == 1<<16-1 {
+					return nil, errors.New("evidence: checkpoint: more than 65535 names of documents in run directories")
+				}
+				n = uint16(len(rels))
+				rels = append(rels, c.rel)
+				relIndex[c.rel] = n
+			}
+			docs = append(docs, docEntry{blob: c.blob, landed: c.landed, commit: c.commit, run: int32(i), rel: n})
+		}
+	}
+	docPath := func(d docEntry) string { return finished[d.run].dir + "/" + rels[d.rel] }
 	slices.SortFunc(docs, func(x, y docEntry) int {
 		if c := bytes.Compare(x.blob[:], y.blob[:]); c != 0 {
 			return c
 		}
-		return strings.Compare(x.r.dir+"/"+x.rel, y.r.dir+"/"+y.rel)
+		return strings.Compare(docPath(x), docPath(y))
 	})
 	for i := 0; i < len(docs); {
-		j := i
 		var sb strings.Builder
+		j := i
 		for ; j < len(docs) && docs[j].blob == docs[i].blob; j++ {
 			if j > i {
 				sb.WriteByte(' ')
 			}
-			fmt.Fprintf(&sb, "%d %d %s/%s", docs[j].landed, docs[j].commit, docs[j].r.dir, docs[j].rel)
+			fmt.Fprintf(&sb, "%d %d %s", docs[j].landed, docs[j].commit, docPath(docs[j]))
 		}
-		key := tabDoc + docs[i].blob.String()
-		value := sb.String()
+		key, value := tabDoc+docs[i].blob.String(), sb.String()
 		if a.tab != nil {
 			var err error
 			if value, err = a.mergeDocs(key, value); err != nil {
 				return nil, err
 			}
 		}
-		put(key, value)
+		if err := emit(key, value); err != nil {
+			return nil, err
+		}
 		i = j
 	}
-	if a.tab != nil {
-		puts := map[string]string{}
-		for _, rs := range recs {
-			for _, r := range rs {
-				puts[r.key] = r.value
-			}
-		}
-		return a.tab.Update(puts, pages)
-	}
-	w := pagetable.NewWriter(pages)
-	for _, kind := range []string{tabDoc, tabCommit, tabHash, tabIndex, tabLink, tabPrev, tabRun} {
-		rs := recs[kind]
-		slices.SortFunc(rs, func(x, y rec) int { return strings.Compare(x.key, y.key) })
-		for _, r := range rs {
-			if err := w.Add(r.key, r.value); err != nil {
-				return nil, err
-			}
+	docs = nil
+	// c/ and h/: the commits read.
+	for _, c := range a.commits {
+		if err := emit(commitKey(c.index), fmt.Sprintf("%s %d", c.hash, c.when.Unix())); err != nil {
+			return nil, err
 		}
 	}
-	return w.Finish()
+	byHash := slices.Clone(a.commits)
+	slices.SortFunc(byHash, func(x, y *commitInfo) int { return bytes.Compare(x.hash[:], y.hash[:]) })
+	for _, c := range byHash {
+		if err := emit(tabHash+c.hash.String(), strconv.Itoa(c.index)); err != nil {
+			return nil, err
+		}
+	}
+	byHash = nil
+	// i/ and l/.
+	for _, e := range entries {
+		rp, _ := evidence.ParsePath(e.f.path)
+		if err := emit(e.key, fmt.Sprintf("%d %s %s %s", e.f.landed.index, e.f.blob, e.f.path, strings.TrimSuffix(string(e.f.data), "\n"))); err != nil {
+			return nil, fmt.Errorf("evidence: index entry %s of run %s cannot be written in a checkpoint: %w", e.f.path, rp.Run, err)
+		}
+	}
+	for _, e := range links {
+		l, err := encodeLink(e.f.path, e.f)
+		if err != nil {
+			return nil, err
+		}
+		if err := emit(e.key, fmt.Sprintf("%d %s %s %s %s %s", e.f.landed.index, e.f.blob, e.f.path, l.Run, l.Receipt.Path, l.Receipt.Digest)); err != nil {
+			return nil, err
+		}
+	}
+	// p/: receipts by cluster and the previous receipt they name.
+	type prevRec struct{ key, dir string }
+	var prevs []prevRec
+	for _, r := range finished {
+		if p := r.chainLink().Previous; p != nil {
+			prevs = append(prevs, prevRec{tabPrev + r.cluster + "/" + string(p.Digest), r.dir})
+		}
+	}
+	slices.SortFunc(prevs, func(x, y prevRec) int { return strings.Compare(x.key, y.key) })
+	for i, p := range prevs {
+		if i > 0 && prevs[i-1].key == p.key {
+			continue // a fork: not in a clean audit's checkpoint
+		}
+		if err := emit(p.key, p.dir); err != nil {
+			return nil, err
+		}
+	}
+	// r/: finished runs by directory.
+	for _, r := range finished {
+		l := r.chainLink()
+		prev := "- -"
+		if p := l.Previous; p != nil {
+			if strings.ContainsAny(string(p.Digest)+p.Path, " \t\n") || p.Path == "" {
+				return nil, fmt.Errorf("evidence: run directory %q cannot be written in a checkpoint", r.dir)
+			}
+			prev = string(p.Digest) + " " + p.Path
+		}
+		closed, err := filesOf(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := emit(tabRun+r.dir, fmt.Sprintf("%d %d %d %s %s", b2i(r.admitted), b2i(r.fired), l.Sequence, prev, encodeRunFiles(closed))); err != nil {
+			return nil, err
+		}
+	}
+	if w != nil {
+		return w.Finish()
+	}
+	return a.tab.Update(puts, pages)
 }
 
 // mergeDocs is the b/ record of key with the documents of value added,

@@ -35,6 +35,16 @@ const PageSize = 128 << 10
 // pageSize is PageSize; tests lower it to get many pages from few records.
 var pageSize = PageSize
 
+// SetPageSize makes Writer and Update cut pages at n bytes until the
+// returned function restores PageSize: for tests of packages that build
+// tables, to get many pages from a few records. Not while a table is
+// written.
+func SetPageSize(n int) (restore func()) {
+	old := pageSize
+	pageSize = n
+	return func() { pageSize = old }
+}
+
 // cacheSize is how many decoded pages a Table keeps.
 const cacheSize = 32
 

@@ -133,10 +133,23 @@ func TestIncrementalAuditAgrees(t *testing.T) {
 			// only by asking the past which receipt names that one.
 			prev := find(t, c, "/run-a/"+evidence.ReceiptFile)
 			digest := specs.DigestOf(read(t, c, prev))
-			resignReceiptWith(t, f, c, "run-c", 4, func(pred map[string]any) {
+			p := find(t, c, "/run-c/"+evidence.ReceiptFile)
+			rc, err := evidencetest.Resign(read(t, c, p), f.Reconciler, func(pred map[string]any) {
 				pred["sequence"] = 4
 				pred["previous"] = map[string]any{"path": prev, "digest": string(digest)}
 			})
+			require.NoError(t, err)
+			link := fmt.Sprintf(`{"run":"run-c","receipt":{"path":%q,"digest":%q}}`, p, specs.DigestOf(rc))
+			// Its link is the only one after run-b's: nothing else leads
+			// the audit to run-b.
+			rewrite(t, c, p, map[string][]byte{p: rc, evidence.ChainPath(evidencetest.Cluster, 3): nil, evidence.ChainPath(evidencetest.Cluster, 4): []byte(link)})
+			return plain(t, c)
+		}, 0},
+		{"index entry of a run before the checkpoint changed", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {
+			// run-a's entry now points at run-b: run-a has none any more,
+			// which only a rule that sees the change as a whole can say.
+			other := find(t, c, "/run-b/"+evidence.AdmissionFile)
+			appendFiles(t, c, map[string][]byte{evidence.IndexPath(evidencetest.Cluster, "run-a"): []byte(path.Dir(other) + "\n")})
 			return plain(t, c)
 		}, 0},
 		{"index entry of a run before the checkpoint in another shard", func(t *testing.T, c *evidencetest.Copy) *signing.TrustPolicy {

@@ -12,8 +12,13 @@
 #   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
 #      (<= 5x a bare fork/exec), SCALE_LOCAL_COUNT rounds (default 1: each
 #      round fetches the whole branch twice, more than half an hour at
-#      10^5 on two cores).
-# SCALE_STEPS picks and orders steps 2-4 (default "audit startup local").
+#      10^5 on two cores);
+#   5. BenchmarkIncrementalAudit on the branch: the audit of its last run
+#      from the checkpoint of the branch before it, against auditing that
+#      run alone (<= 2x); its set-up is one whole audit writing the
+#      checkpoint (tens of minutes at 10^5).
+# SCALE_STEPS picks and orders steps 2-5 (default "audit startup local";
+# "incremental" is run only when named).
 # SCALE_MEMCG, a memory cgroup directory this user may create cgroups in
 # (v1: /sys/fs/cgroup/memory; v2: one with the memory controller enabled
 # for its children), runs the audit inside a child cgroup limited to
@@ -29,8 +34,8 @@ runs=${SCALE_RUNS:-100000}
 steps=${SCALE_STEPS:-audit startup local}
 for step in $steps; do
 	case $step in
-	audit | startup | local) ;;
-	*) echo "bench-scale: SCALE_STEPS: unknown step \"$step\" (audit, startup, local)" >&2; exit 2 ;;
+	audit | startup | local | incremental) ;;
+	*) echo "bench-scale: SCALE_STEPS: unknown step \"$step\" (audit, startup, local, incremental)" >&2; exit 2 ;;
 	esac
 done
 export TMPDIR=${TMPDIR:-/dev/shm}
@@ -71,6 +76,7 @@ say "building"
 $GO build -o "$work/signet" ./cmd/signet
 $GO build -o "$work/synth" ./internal/tools/synth
 $GO test -c -o "$work/reconciler.test" ./reconciler
+$GO test -c -o "$work/audit.test" ./evidence/audit
 
 say "synthetic branch of $runs runs under $TMPDIR"
 "$work/synth" -runs "$runs" | tee "$work/synth.json" | tee -a "$log"
@@ -108,6 +114,12 @@ step_local() {
 	say "local check overhead"
 	(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
 		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count "${SCALE_LOCAL_COUNT:-1}" -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+}
+
+step_incremental() {
+	say "incremental audit of the last run"
+	(cd evidence/audit && SIGNET_BENCH_INCR_RUNS=$runs "$work/audit.test" -test.run '^$' \
+		-test.bench '^BenchmarkIncrementalAudit$' -test.benchtime 20x -test.v -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.incremental.out" | { grep -E '^Benchmark|incremental_bench_test|FAIL|Error' || true; } | tee -a "$log"
 }
 
 for step in $steps; do

@@ -74,8 +74,8 @@ func (o *auditOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Since, "since", "", "a commit pinned earlier, or a pins file (lines \"<branch> <commit> [<time>]\", as a clean audit prints after \"pin:\"): the branch must descend from its pinned commit (detects a rewritten, force-pushed history)")
 	fs.DurationVar(&o.Grace, "grace", audit.DefaultGrace, "how long past its run deadline a run may lack a receipt before it is flagged")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long; 0 for never (an audit of 10^5 runs takes tens of minutes)")
-	fs.StringVar(&o.Checkpoint, "checkpoint", "", "signed audit checkpoint to start from (written by --write-checkpoint): only the commits after its tip are read")
-	fs.StringVar(&o.WriteCheckpoint, "write-checkpoint", "", "when the audit is clean, write a signed checkpoint of its end to this file (needs --checkpoint-key)")
+	fs.StringVar(&o.Checkpoint, "checkpoint", "", "signed audit checkpoint to start from (written by --write-checkpoint, its state pages in FILE.pages): only the commits after its tip are read")
+	fs.StringVar(&o.WriteCheckpoint, "write-checkpoint", "", "when the audit is clean, write a signed checkpoint of its end to this file and its state pages to FILE.pages (needs --checkpoint-key)")
 	fs.StringVar(&o.CheckpointKey, "checkpoint-key", "", "private key signing the checkpoint: a key of the trust policy's spec.auditors")
 	o.Passphrase.AddFlags(fs)
 	o.Memory.AddFlags(fs)
@@ -97,11 +97,16 @@ a commit pinned earlier. Runs admitted without a receipt past their deadline are
 
 --write-checkpoint FILE --checkpoint-key KEY makes a clean audit write a checkpoint: its tip
 and the state the whole-branch rules continue from, signed by a key of the trust policy's
-auditors (never an evidence signer). --checkpoint FILE starts the next audit there: the
-checkpoint must verify with an auditor key valid now, name this branch and this trust policy,
-and its tip must be on the branch's first-parent history, or nothing is audited (exit 2);
-then only the commits after its tip are read and the runs still open at it checked again.
-A full audit (without --checkpoint) reports the same findings.
+auditors (never an evidence signer). The state's tables are pages in FILE.pages/, named by
+their digests in FILE: keep the two together. --checkpoint FILE starts the next audit there:
+the checkpoint must verify with an auditor key valid now, name this branch and this trust
+policy, and its tip must be on the branch's first-parent history, or nothing is audited
+(exit 2); then only the commits after its tip are read, the pages of the keys they touch are
+read and checked against their digests (one missing or changed: exit 2), and the runs still
+open at it are checked again. A commit after the tip that changes or deletes a file makes
+the audit read the whole branch ("checkpoint not used: ..."). A full audit (without
+--checkpoint) reports the same findings. The next checkpoint links the pages it keeps from
+the one it started from, and pages in its own directory that it does not name are removed.
 
 A clean audit ends with the tip to pin ("pin: <branch> <commit> <time>"): keep that line
 in a pins file for the next audit's --since, and give the commit to the reconciler

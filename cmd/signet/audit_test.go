@@ -83,6 +83,7 @@ func hasFinding(rep *audit.Report, rule, run, p string) bool {
 // signet audit exit 1 with a finding that names the rule, the run and
 // the path; the untouched branch exits 0.
 func TestAuditTamper(t *testing.T) {
+	auditorTrust, auditorKey := auditorPolicy(t, evidenceFixture(t))
 	f := evidenceFixture(t)
 	other, err := signing.GenerateKey(signing.AlgorithmECDSAP256)
 	require.NoError(t, err)
@@ -260,8 +261,76 @@ func TestAuditTamper(t *testing.T) {
 			assert.Equal(t, 1, code)
 			assert.Contains(t, out, rule)
 			assert.Contains(t, out, p)
+			// A chain of incremental audits, each from the checkpoint of
+			// the last clean one, reports the same at every commit.
+			agreeIncrementally(t, c, auditorTrust, auditorKey, flags)
 		})
 	}
+}
+
+// auditorPolicy writes a trust policy of fixture f with an auditor key
+// added, and returns the policy file and the key's file.
+func auditorPolicy(t *testing.T, f *evidencetest.Fixture) (trust, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	_, stderr, code := runSigningCLI(t, "keygen", "--out", filepath.Join(dir, "auditor"), "--algorithm", "ed25519")
+	require.Equal(t, 0, code, stderr)
+	pub, err := os.ReadFile(filepath.Join(dir, "auditor.pub"))
+	require.NoError(t, err)
+	auditorPub, err := signing.ParsePublicKeyPEM(pub)
+	require.NoError(t, err)
+	policy, err := signing.NewTrustPolicy("fixture", signing.TrustPolicySpec{
+		Keys:            []signing.TrustedKeySpec{signing.KeySpec(f.Approver.Public()), signing.KeySpec(f.Reconciler.Public()), signing.KeySpec(auditorPub)},
+		Approvers:       []string{f.Approver.KeyID()},
+		EvidenceSigners: []string{f.Reconciler.KeyID()},
+		Auditors:        []string{auditorPub.KeyID()},
+	})
+	require.NoError(t, err)
+	y, err := policy.MarshalYAML()
+	require.NoError(t, err)
+	trust = filepath.Join(dir, "trust.yaml")
+	require.NoError(t, os.WriteFile(trust, y, 0o600))
+	return trust, filepath.Join(dir, "auditor.key")
+}
+
+// agreeIncrementally moves c's branch to each commit of its first-parent
+// history in turn and requires signet audit from the checkpoint of the
+// last clean audit (--checkpoint, its pages beside it) to report the
+// findings and exit status of the full audit there, each clean one
+// writing the next checkpoint. A branch whose every commit has a finding
+// has no checkpoint to start from: each audit is then full.
+func agreeIncrementally(t *testing.T, c *evidencetest.Copy, trust, key string, flags []string) {
+	t.Helper()
+	commits, err := c.Commits()
+	require.NoError(t, err)
+	tip := commits[len(commits)-1]
+	defer func() { _, _ = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip) }()
+	base := append([]string{"--repo", c.Dir, "--trust", trust}, flags...)
+	dir := t.TempDir()
+	checkpoint, used := "", 0
+	for i, h := range commits {
+		_, err := c.Git("update-ref", "refs/heads/"+evidencetest.Branch, h)
+		require.NoError(t, err)
+		full, code, stderr := auditJSON(t, base...)
+		require.Less(t, code, 2, stderr)
+		next := filepath.Join(dir, fmt.Sprintf("%d.ckpt", i))
+		args := append([]string{"--write-checkpoint", next, "--checkpoint-key", key}, base...)
+		if checkpoint != "" {
+			args = append(args, "--checkpoint", checkpoint)
+			used++
+		}
+		incr, icode, stderr := auditJSON(t, args...)
+		require.Equal(t, code, icode, "commit %d: exit status\n%s", i, stderr)
+		require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
+		if icode == 0 {
+			checkpoint = next
+		}
+	}
+	if checkpoint == "" {
+		t.Logf("no commit audits clean (the tamper is in the first, or --since pins another history): every audit was full")
+		return
+	}
+	require.Positive(t, used, "no audit started from a checkpoint")
 }
 
 func findingLines(rep *audit.Report) string {

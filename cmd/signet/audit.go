@@ -183,8 +183,14 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 		return exitCode(exitAuditUsage, fmt.Errorf("could not read the evidence branch: %w", err))
 	}
 	if rep.Checkpoint != nil {
-		// Its pages are written (rep.CheckpointPages): the checkpoint
-		// names them, then the pages no checkpoint there names go.
+		// Its pages are written (rep.CheckpointPages) and made durable
+		// before the checkpoint that names them; then the pages it does
+		// not name go.
+		if d, ok := opts.WritePages.(*pagetable.DirStore); ok {
+			if err := d.Sync(); err != nil {
+				return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
+			}
+		}
 		if err := writeFileAtomic(o.WriteCheckpoint, rep.Checkpoint); err != nil {
 			return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
 		}

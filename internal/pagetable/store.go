@@ -82,6 +82,21 @@ func (s *DirStore) Put(digest string, data []byte) (err error) {
 	return os.Rename(f.Name(), path)
 }
 
+// Sync makes the pages put so far durable: Put syncs each page's file,
+// Sync the directory that names them. Call it before writing what lists
+// them.
+func (s *DirStore) Sync() error {
+	d, err := os.Open(s.Dir)
+	if err != nil {
+		return fmt.Errorf("pagetable: syncing store: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("pagetable: syncing store %s: %w", s.Dir, err)
+	}
+	return nil
+}
+
 // MemStore keeps pages in memory. It is safe for concurrent use.
 type MemStore struct {
 	mu    sync.RWMutex

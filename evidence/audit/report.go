@@ -156,8 +156,9 @@ type Report struct {
 	// reconciler (evidence.pinnedTip), set only when the audit is clean.
 	Pin *Pin `json:"pin,omitempty"`
 	// From names the checkpoint an incremental audit started from (nil
-	// for a whole-branch audit): Commits, Documents and Runs then count
-	// what came after its tip, and runs it had checked are not listed.
+	// for a whole-branch audit): Commits, Files, Documents and Runs then
+	// count what came after its tip, and runs it had checked are not
+	// listed.
 	From *CheckpointInfo `json:"checkpoint,omitempty"`
 	// Checkpoint is the signed checkpoint of this audit's end, set only
 	// when the audit is clean and Options.CheckpointKey was given.

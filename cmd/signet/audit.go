@@ -260,15 +260,15 @@ func pagesDir(name string) string { return name + ".pages" }
 // replaced, or of an audit that failed before writing it. Only files
 // named as pages are touched.
 func prunePages(name string, checkpoint []byte) error {
-	pages, err := audit.CheckpointPageList(checkpoint)
+	dir := pagesDir(name)
+	digests, err := audit.CheckpointPages(checkpoint, &pagetable.DirStore{Dir: dir})
 	if err != nil {
 		return err
 	}
 	keep := map[string]bool{}
-	for _, p := range pages {
-		keep[p.Digest] = true
+	for _, d := range digests {
+		keep[d] = true
 	}
-	dir := pagesDir(name)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err

@@ -472,11 +472,11 @@ func TestAuditCheckpoint(t *testing.T) {
 		listed := func(file string) map[string]bool {
 			b, err := os.ReadFile(file)
 			require.NoError(t, err)
-			pages, err := audit.CheckpointPageList(b)
+			digests, err := audit.CheckpointPages(b, &pagetable.DirStore{Dir: file + ".pages"})
 			require.NoError(t, err)
 			out := map[string]bool{}
-			for _, p := range pages {
-				out[p.Digest] = true
+			for _, d := range digests {
+				out[d] = true
 			}
 			return out
 		}

@@ -322,7 +322,7 @@ type auditor struct {
 	// chain sequence of each cluster at the tip.
 	base        *commitInfo
 	baseLen     int
-	tab         *pagetable.Table
+	tab         *pagetable.Tree
 	tabName     string
 	pages       pagetable.Store
 	pastCommits map[int]*commitInfo

@@ -56,10 +56,13 @@ type Checkpoint struct {
 
 // State is the audit state a checkpoint carries. What grows with the
 // branch is in its state tables, a sorted table of records cut into pages
-// kept beside the checkpoint (Options.CheckpointPages) and named here by
-// their first key and SHA-256 digest (Pages); an audit from the
-// checkpoint reads only the pages holding the keys it looks up (see
-// tables.go for the records). What stays small is here whole:
+// kept beside the checkpoint (Options.CheckpointPages) and found through
+// an index, itself pages (pagetable.Tree); Pages names the index's pages
+// by their first key and SHA-256 digest, and the index each data page by
+// its digest, so the checkpoint stays a few kilobytes at any length. An
+// audit from the checkpoint reads only the index and data pages holding
+// the keys it looks up (see tables.go for the records). What stays small
+// is here whole:
 //
 //	Commits: how many first-parent commits the history holds up to the tip
 //	Runs:    <admitted 0|1> 0 - - <dir>: the runs without a receipt at the tip
@@ -188,7 +191,7 @@ func (a *auditor) restore(name string, cp *Checkpoint) (open []*runAudit, err er
 	if a.pages == nil {
 		return nil, checkpointErr(name, "state.pages", "no store of the checkpoint's state pages was given (audit.Options.CheckpointPages)")
 	}
-	tab, err := pagetable.Open(st.Pages, a.pages)
+	tab, err := pagetable.OpenTree(st.Pages, a.pages)
 	if err != nil {
 		return nil, checkpointErr(name, "state.pages", "%v", err)
 	}
@@ -391,10 +394,12 @@ func encodeLink(p string, f *fileRec) (*evidence.ChainLink, error) {
 	return l, nil
 }
 
-// CheckpointPageList returns the state pages checkpoint names, read from
-// the envelope without verifying it: for housekeeping of the pages kept
-// beside it (a checkpoint is verified by the audit that uses it).
-func CheckpointPageList(checkpoint []byte) ([]pagetable.Page, error) {
+// CheckpointPages returns the digest of every state page checkpoint
+// names, directly (the pages of its tables' index) or through its index,
+// read from pages: for housekeeping of the pages kept beside it. The
+// envelope is not verified (the audit that uses a checkpoint does); the
+// index pages are checked against their digests.
+func CheckpointPages(checkpoint []byte, pages pagetable.Store) ([]string, error) {
 	var env signing.Envelope
 	if err := json.Unmarshal(checkpoint, &env); err != nil {
 		return nil, fmt.Errorf("evidence: checkpoint: %w", err)
@@ -413,5 +418,9 @@ func CheckpointPageList(checkpoint []byte) ([]pagetable.Page, error) {
 	if err := json.Unmarshal(payload, &st); err != nil {
 		return nil, fmt.Errorf("evidence: checkpoint: %w", err)
 	}
-	return st.Predicate.State.Pages, nil
+	tree, err := pagetable.OpenTree(st.Predicate.State.Pages, pages)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: checkpoint: %w", err)
+	}
+	return tree.Digests()
 }

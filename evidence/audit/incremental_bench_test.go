@@ -25,7 +25,11 @@ import (
 // N runs of four checks (evidencetest.SynthesizeCached, as make
 // bench-scale; 10^5 runs take hours to write the first time) and skips
 // the full audit's sub-benchmark (tens of minutes at 10^5: the
-// checkpoint's own audit is one).
+// checkpoint's own audit is one). SIGNET_BENCH_INCR_DIR keeps the clone,
+// the auditor key, the checkpoint and its pages in that directory and
+// uses them again when they are there and of the same branch and
+// checkpoint format (its stamp file): to profile or compare builds at
+// 10^5 without auditing the branch each time.
 const incrBenchRuns = 200
 
 // BenchmarkIncrementalAudit: one new run on a branch of incrBenchRuns
@@ -39,8 +43,21 @@ const incrBenchRuns = 200
 // weighs on both alike.
 func BenchmarkIncrementalAudit(b *testing.B) {
 	ctx := b.Context()
-	auditor, err := signing.GenerateKey(signing.AlgorithmEd25519)
-	require.NoError(b, err)
+	keep := os.Getenv("SIGNET_BENCH_INCR_DIR")
+	work := keep
+	if work == "" {
+		work = b.TempDir()
+	} else {
+		require.NoError(b, os.MkdirAll(work, 0o700))
+	}
+	auditor, err := signing.LoadPrivateKey(filepath.Join(work, "auditor.key"), nil)
+	if err != nil {
+		auditor, err = signing.GenerateKey(signing.AlgorithmEd25519)
+		require.NoError(b, err)
+		pem, err := auditor.MarshalPEM(nil)
+		require.NoError(b, err)
+		require.NoError(b, os.WriteFile(filepath.Join(work, "auditor.key"), pem, 0o600))
+	}
 	runs, cached := incrBenchRuns, os.Getenv("SIGNET_BENCH_INCR_RUNS")
 	var s *evidencetest.Synthetic
 	var keys []*signing.PublicKey
@@ -74,9 +91,11 @@ func BenchmarkIncrementalAudit(b *testing.B) {
 	policy, err := signing.NewTrustPolicy("bench", spec)
 	require.NoError(b, err)
 	// A packed clone, as an auditor reads it.
-	repo := filepath.Join(b.TempDir(), "clone.git")
-	_, err = evidencetest.Git("", nil, "clone", "-q", "--bare", "--no-local", s.Remote, repo)
-	require.NoError(b, err)
+	repo := filepath.Join(work, "clone.git")
+	if _, err := os.Stat(repo); err != nil || keep == "" {
+		_, err = evidencetest.Git("", nil, "clone", "-q", "--bare", "--no-local", s.Remote, repo)
+		require.NoError(b, err)
+	}
 	c := &evidencetest.Copy{Dir: repo}
 	last := fmt.Sprintf("run-%06d", runs-1)
 	adm, err := c.Find("/" + last + "/admission.json")
@@ -90,28 +109,37 @@ func BenchmarkIncrementalAudit(b *testing.B) {
 	before, err := evidencetest.Git(repo, nil, "rev-parse", strings.Fields(first)[0]+"^")
 	require.NoError(b, err)
 	before = strings.TrimSpace(before)
-	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, before)
-	require.NoError(b, err)
 	now := time.Now()
-	pages, err := pagetable.NewDirStore(filepath.Join(b.TempDir(), "checkpoint.pages"))
+	pages, err := pagetable.NewDirStore(filepath.Join(work, "checkpoint.pages"))
 	require.NoError(b, err)
-	start := time.Now()
-	rep, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, CheckpointKey: auditor, WritePages: pages})
-	require.NoError(b, err)
-	require.Empty(b, rep.Findings)
-	b.Logf("the checkpoint's audit (the branch but the last run): %v", time.Since(start))
-	checkpoint := rep.Checkpoint
-	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
-	require.NoError(b, err)
+	stampFile, stamp := filepath.Join(work, "stamp"), before+" "+audit.PredicateCheckpoint
+	checkpoint, err := os.ReadFile(filepath.Join(work, "checkpoint.json"))
+	if old, serr := os.ReadFile(stampFile); err != nil || serr != nil || string(old) != stamp || keep == "" {
+		_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, before)
+		require.NoError(b, err)
+		start := time.Now()
+		rep, err := audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, CheckpointKey: auditor, WritePages: pages})
+		require.NoError(b, err)
+		require.Empty(b, rep.Findings)
+		b.Logf("the checkpoint's audit (the branch but the last run): %v", time.Since(start))
+		checkpoint = rep.Checkpoint
+		require.NoError(b, pages.Sync())
+		require.NoError(b, os.WriteFile(filepath.Join(work, "checkpoint.json"), checkpoint, 0o600))
+		require.NoError(b, os.WriteFile(stampFile, []byte(stamp), 0o600))
+		_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, tip)
+		require.NoError(b, err)
+	} else {
+		b.Logf("the checkpoint of %s kept in %s", before, work)
+	}
 	incremental := func() (*audit.Report, error) {
 		return audit.Branch(ctx, audit.Options{Repo: repo, Policy: policy, Now: now, Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "bench"})
 	}
-	rep, err = incremental()
+	rep, err := incremental()
 	require.NoError(b, err)
 	require.Empty(b, rep.Findings)
 	require.Len(b, rep.Runs, 1)
 	require.NotNil(b, rep.From, "the audit started from the checkpoint")
-	list, err := audit.CheckpointPageList(checkpoint)
+	list, err := audit.CheckpointPages(checkpoint, pages)
 	require.NoError(b, err)
 	b.Logf("%d runs, %d documents; checkpoint %d bytes naming %d state pages; the new run: %d commits", runs, s.Documents, len(checkpoint), len(list), rep.Commits)
 

@@ -551,10 +551,10 @@ func (a *auditor) writeTables(pages pagetable.Store) ([]pagetable.Page, error) {
 	slices.SortFunc(links, byKey)
 
 	var emit func(key, value string) error
-	var w *pagetable.Writer
+	var w *pagetable.TreeWriter
 	puts := map[string]string{}
 	if a.tab == nil {
-		w = pagetable.NewWriter(pages)
+		w = pagetable.NewTreeWriter(pages)
 		emit = w.Add
 	} else {
 		emit = func(key, value string) error { puts[key] = value; return nil }

@@ -431,3 +431,293 @@ func (w *Writer) Finish() ([]Page, error) {
 	}
 	return w.pages, nil
 }
+
+// floor returns the record of t with the greatest key not after key, and
+// the key that follows it in t ("" when it is the last); ok is false
+// when every key of t is after key.
+func (t *Table) floor(key string) (k, v, next string, ok bool, err error) {
+	i := sort.Search(len(t.pages), func(i int) bool { return t.pages[i].First > key }) - 1
+	if i < 0 {
+		return "", "", "", false, nil
+	}
+	pg, err := t.page(i)
+	if err != nil {
+		return "", "", "", false, err
+	}
+	j := pg.search(key)
+	if j == len(pg.recs) || string(pg.key(j)) != key {
+		j-- // the page's first key is not after key: j >= 0
+	}
+	switch {
+	case j+1 < len(pg.recs):
+		next = string(pg.key(j + 1))
+	case i+1 < len(t.pages):
+		next = t.pages[i+1].First
+	}
+	return string(pg.key(j)), string(pg.value(j)), next, true, nil
+}
+
+// firstBound is the index key of a tree's first data page: before every
+// key a record may have (keys are not empty).
+const firstBound = "\x00"
+
+// Tree is a table whose page list is itself a table (its index): the
+// caller signs the index's few pages (Root), not a list of every page,
+// so what it signs and reads to find a page stays small however large
+// the table grows. The index maps each data page's lower bound (its
+// first key when it was cut; firstBound for the first page) to
+// "<digest> <records> <first key>"; a data page holds the keys from its
+// bound to the next page's. It is safe for concurrent use.
+type Tree struct {
+	index *Table
+	store Store
+
+	mu    sync.Mutex
+	tick  uint64
+	cache map[string]*page // data pages by digest
+}
+
+// OpenTree checks the index's page list (as Open) and returns the tree;
+// it reads no page.
+func OpenTree(root []Page, store Store) (*Tree, error) {
+	index, err := Open(root, store)
+	if err != nil {
+		return nil, err
+	}
+	return &Tree{index: index, store: store, cache: map[string]*page{}}, nil
+}
+
+// Root returns a copy of the page list of the tree's index.
+func (t *Tree) Root() []Page { return t.index.Pages() }
+
+// dataPage is an index record decoded: the data page from bound to next.
+type dataPage struct {
+	bound, next string
+	p           Page
+}
+
+func parseIndexRecord(bound, value, next string) (dataPage, error) {
+	f := strings.SplitN(value, " ", 3)
+	var records int
+	if len(f) == 3 {
+		_, err := fmt.Sscanf(f[1], "%d", &records)
+		if err != nil || checkDigest(f[0]) != nil || records < 1 || f[2] < bound || next != "" && f[2] >= next {
+			f = nil
+		}
+	}
+	if len(f) != 3 {
+		return dataPage{}, fmt.Errorf("%w: index record %q: %q is not a digest, a record count and a first key in the page's range", ErrCorrupt, bound, value)
+	}
+	return dataPage{bound: bound, next: next, p: Page{First: f[2], Digest: f[0], Records: records}}, nil
+}
+
+// Get returns the value of key, or ok false when the tree does not hold
+// it. An index or data page that fails verification is an error wrapping
+// ErrCorrupt; a page missing from the store is the store's error.
+func (t *Tree) Get(key string) (value string, ok bool, err error) {
+	bound, v, next, ok, err := t.index.floor(key)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	dp, err := parseIndexRecord(bound, v, next)
+	if err != nil || key < dp.p.First {
+		return "", false, err
+	}
+	pg, err := t.data(dp)
+	if err != nil {
+		return "", false, err
+	}
+	j := pg.search(key)
+	if j == len(pg.recs) || string(pg.key(j)) != key {
+		return "", false, nil
+	}
+	return string(pg.value(j)), true, nil
+}
+
+// data returns the data page dp names, verified, from the cache or the
+// store.
+func (t *Tree) data(dp dataPage) (*page, error) {
+	t.mu.Lock()
+	if pg, ok := t.cache[dp.p.Digest]; ok {
+		t.tick++
+		pg.used = t.tick
+		t.mu.Unlock()
+		return pg, nil
+	}
+	t.mu.Unlock()
+	data, err := t.store.Get(dp.p.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("pagetable: data page %q (sha256 %s): %w", dp.bound, dp.p.Digest, err)
+	}
+	pg, err := decode(data, dp.p, dp.next)
+	if err != nil {
+		return nil, fmt.Errorf("%w: data page %q (first %q): %w", ErrCorrupt, dp.bound, dp.p.First, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.cache) >= cacheSize {
+		oldest := ""
+		for d, c := range t.cache {
+			if oldest == "" || c.used < t.cache[oldest].used {
+				oldest = d
+			}
+		}
+		delete(t.cache, oldest)
+	}
+	t.tick++
+	pg.used = t.tick
+	t.cache[dp.p.Digest] = pg
+	return pg, nil
+}
+
+// dataPages returns every data page of the tree, reading the whole index
+// (its few pages).
+func (t *Tree) dataPages() ([]dataPage, error) {
+	var out []dataPage
+	for i := range t.index.pages {
+		pg, err := t.index.page(i)
+		if err != nil {
+			return nil, err
+		}
+		for j := range pg.recs {
+			next := ""
+			switch {
+			case j+1 < len(pg.recs):
+				next = string(pg.key(j + 1))
+			case i+1 < len(t.index.pages):
+				next = t.index.pages[i+1].First
+			}
+			dp, err := parseIndexRecord(string(pg.key(j)), string(pg.value(j)), next)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, dp)
+		}
+	}
+	return out, nil
+}
+
+// Digests returns the digest of every page of the tree, index and data.
+func (t *Tree) Digests() ([]string, error) {
+	dps, err := t.dataPages()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range t.index.pages {
+		out = append(out, p.Digest)
+	}
+	for _, dp := range dps {
+		out = append(out, dp.p.Digest)
+	}
+	return out, nil
+}
+
+// Update returns the root of t with puts merged in (as Table.Update):
+// the data pages whose range receives a put are rewritten (split when
+// larger than twice the page size, the first piece keeping the page's
+// bound), the index records of the pages written are put into the index
+// (Table.Update), and every other page is carried into dst. t is not
+// modified.
+func (t *Tree) Update(puts map[string]string, dst Store) ([]Page, error) {
+	keys := make([]string, 0, len(puts))
+	for k, v := range puts {
+		if err := checkRecord(k, v); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dps, err := t.dataPages()
+	if err != nil {
+		return nil, err
+	}
+	if len(dps) == 0 {
+		w := NewTreeWriter(dst)
+		for _, k := range keys {
+			if err := w.Add(k, puts[k]); err != nil {
+				return nil, err
+			}
+		}
+		return w.Finish()
+	}
+	index := map[string]string{}
+	for i, dp := range dps {
+		lo, hi := sort.SearchStrings(keys, dp.bound), len(keys)
+		if i+1 < len(dps) {
+			hi = sort.SearchStrings(keys, dps[i+1].bound)
+		}
+		if lo == hi {
+			if err := Carry(dst, t.store, dp.p.Digest); err != nil {
+				return nil, fmt.Errorf("pagetable: carrying data page %q: %w", dp.bound, err)
+			}
+			continue
+		}
+		pg, err := t.data(dp)
+		if err != nil {
+			return nil, err
+		}
+		data, starts := merge(pg, keys[lo:hi], puts)
+		pages, err := split(dst, data, starts)
+		if err != nil {
+			return nil, err
+		}
+		for j, p := range pages {
+			bound := p.First
+			if j == 0 {
+				bound = dp.bound
+			}
+			index[bound] = fmt.Sprintf("%s %d %s", p.Digest, p.Records, p.First)
+		}
+	}
+	return t.index.Update(index, dst)
+}
+
+// TreeWriter builds a tree from records added in strictly increasing key
+// order, as Writer builds a table, writing its index at Finish.
+type TreeWriter struct {
+	data  *Writer
+	index *Writer
+	done  int // data pages indexed
+}
+
+// NewTreeWriter returns a TreeWriter of pages to store.
+func NewTreeWriter(store Store) *TreeWriter {
+	return &TreeWriter{data: NewWriter(store), index: NewWriter(store)}
+}
+
+// Add appends a record (Writer.Add).
+func (w *TreeWriter) Add(key, value string) error {
+	if err := w.data.Add(key, value); err != nil {
+		return err
+	}
+	return w.indexCut()
+}
+
+// indexCut adds to the index the data pages cut since the last call.
+func (w *TreeWriter) indexCut() error {
+	for ; w.done < len(w.data.pages); w.done++ {
+		p := w.data.pages[w.done]
+		bound := p.First
+		if w.done == 0 {
+			bound = firstBound
+		}
+		if err := w.index.Add(bound, fmt.Sprintf("%s %d %s", p.Digest, p.Records, p.First)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Finish writes the last data page and the index, and returns the
+// index's page list, the tree's root: empty, not nil, when no record was
+// added.
+func (w *TreeWriter) Finish() ([]Page, error) {
+	if _, err := w.data.Finish(); err != nil {
+		return nil, err
+	}
+	if err := w.indexCut(); err != nil {
+		return nil, err
+	}
+	return w.index.Finish()
+}

@@ -245,6 +245,17 @@ func agreeAtEveryCommit(t *testing.T, c *evidencetest.Copy, policy *signing.Trus
 		require.NoError(t, err, "commit %d", i)
 		require.Equal(t, full.Findings, incr.Findings, "commit %d %s: the incremental audit disagrees with the full one", i, h)
 		assert.Equal(t, full.Pin, incr.Pin, "commit %d", i)
+		// As must one that compacts each run it checks at once (its
+		// files then in the spill file, beside the references).
+		restore = audit.SetClosedRunBatch(1)
+		incrCompacted, err := audit.Branch(t.Context(), audit.Options{Repo: c.Dir, Policy: policy, Now: now,
+			Checkpoint: checkpoint, CheckpointPages: pages, CheckpointName: "checkpoint.json", CheckpointKey: auditor})
+		restore()
+		require.NoError(t, err, "commit %d", i)
+		require.Equal(t, full.Findings, incrCompacted.Findings, "commit %d %s: the incremental audit that compacts every run at once disagrees with the full one", i, h)
+		if i%2 == 1 {
+			incr = incrCompacted // the next audit starts from its checkpoint: tables written from the spill file
+		}
 		if i == len(commits)-1 && tampered {
 			require.NotEmpty(t, full.Findings, "the tamper is found at the tip")
 		}

@@ -470,8 +470,8 @@ func (c *countingPages) Get(digest string) ([]byte, error) {
 // the tables cut into small pages (1 KiB: about two a run, and an index
 // of about a page for every ten), an audit of the last run from the
 // checkpoint before it reads about an index page and a data page for
-// each of its documents and of the keys it looks up, as many whether the
-// branch holds 40 runs or 120. (At 10^5 runs the tables are hundreds of
+// each of its documents and of the keys it looks up, about as many
+// whether the branch holds 40 runs or 120. (At 10^5 runs the tables are hundreds of
 // megabytes: BenchmarkIncrementalAudit.)
 func TestIncrementalAuditReadsWhatIsNew(t *testing.T) {
 	defer pagetable.SetPageSize(1 << 10)()
@@ -516,6 +516,9 @@ func TestIncrementalAuditReadsWhatIsNew(t *testing.T) {
 		reads[runs] = len(pages.read)
 		require.Greater(t, len(list), 2*runs, "%d runs: %d pages, the tables are not cut small", runs, len(list))
 	}
-	assert.LessOrEqual(t, reads[120], reads[40]+3, "the pages read grow with the branch: %v", reads)
-	assert.LessOrEqual(t, reads[120], 32, "the audit of one run reads more than its lookups' pages")
+	// Which pages a run's documents land in is chance (their digests),
+	// so the counts vary by a few; reading in proportion to the branch
+	// would triple them.
+	assert.Less(t, reads[120], 2*reads[40], "the pages read grow with the branch: %v", reads)
+	assert.LessOrEqual(t, reads[120], 32, "the audit of one run reads more than an index and a data page for each of its lookups")
 }

@@ -21,7 +21,8 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// The state tables of a checkpoint: one sorted table (internal/pagetable)
+// The state tables of a checkpoint: one sorted table (a pagetable.Tree:
+// data pages found through an index whose few pages the checkpoint names)
 // of records whose key starts with the question it answers about the
 // history up to the checkpoint's tip. Every whole-branch rule asks the
 // past by key, so an audit from a checkpoint reads the pages of the keys
@@ -519,9 +520,11 @@ func (a *auditor) writeTables(pages pagetable.Store) ([]pagetable.Page, error) {
 	}
 	sort.Slice(finished, func(i, j int) bool { return finished[i].dir < finished[j].dir })
 	filesOf := func(r *runAudit) ([]closedFile, error) {
+		if r.compacted && r.closed == nil {
+			return r.closedRecs() // read from the spill file: its own
+		}
 		if r.compacted {
-			closed, err := r.closedRecs()
-			return slices.Clone(closed), err
+			return slices.Clone(r.closed), nil // encodeRunFiles sorts it
 		}
 		var closed []closedFile
 		for rel, f := range r.files {

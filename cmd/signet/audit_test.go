@@ -428,31 +428,14 @@ func TestAuditCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	commits, err := c.Commits()
 	require.NoError(t, err)
-	dir := t.TempDir()
-	_, stderr, code := runSigningCLI(t, "keygen", "--out", filepath.Join(dir, "auditor"), "--algorithm", "ed25519")
-	require.Equal(t, 0, code, stderr)
-	pub, err := os.ReadFile(filepath.Join(dir, "auditor.pub"))
-	require.NoError(t, err)
-	auditorPub, err := signing.ParsePublicKeyPEM(pub)
-	require.NoError(t, err)
-	policy, err := signing.NewTrustPolicy("fixture", signing.TrustPolicySpec{
-		Keys:            []signing.TrustedKeySpec{signing.KeySpec(f.Approver.Public()), signing.KeySpec(f.Reconciler.Public()), signing.KeySpec(auditorPub)},
-		Approvers:       []string{f.Approver.KeyID()},
-		EvidenceSigners: []string{f.Reconciler.KeyID()},
-		Auditors:        []string{auditorPub.KeyID()},
-	})
-	require.NoError(t, err)
-	y, err := policy.MarshalYAML()
-	require.NoError(t, err)
-	trust := filepath.Join(dir, "trust.yaml")
-	require.NoError(t, os.WriteFile(trust, y, 0o600))
+	trust, auditorKey := auditorPolicy(t, f)
 	base := []string{"--repo", c.Dir, "--trust", trust}
-	ckpt := filepath.Join(dir, "audit.ckpt")
+	ckpt := filepath.Join(t.TempDir(), "audit.ckpt")
 
 	// The branch one commit before its tip, audited in full.
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-2])
 	require.NoError(t, err)
-	out, stderr, code := runSigningCLI(t, append([]string{"audit", "--write-checkpoint", ckpt, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+	out, stderr, code := runSigningCLI(t, append([]string{"audit", "--write-checkpoint", ckpt, "--checkpoint-key", auditorKey}, base...)...)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "checkpoint: "+ckpt+"\n")
 	_, err = c.Git("update-ref", "refs/heads/"+evidencetest.Branch, commits[len(commits)-1])
@@ -491,7 +474,7 @@ func TestAuditCheckpoint(t *testing.T) {
 		}
 		require.Equal(t, listed(ckpt), inDir(ckpt+".pages"))
 		next := filepath.Join(t.TempDir(), "next.ckpt")
-		_, stderr, code := runSigningCLI(t, append([]string{"audit", "--checkpoint", ckpt, "--write-checkpoint", next, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+		_, stderr, code := runSigningCLI(t, append([]string{"audit", "--checkpoint", ckpt, "--write-checkpoint", next, "--checkpoint-key", auditorKey}, base...)...)
 		require.Equal(t, 0, code, stderr)
 		require.Equal(t, listed(next), inDir(next+".pages"))
 		kept, linked := 0, 0
@@ -519,7 +502,7 @@ func TestAuditCheckpoint(t *testing.T) {
 		b, err := os.ReadFile(ckpt)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(again, b, 0o600))
-		_, stderr, code = runSigningCLI(t, append([]string{"audit", "--checkpoint", again, "--write-checkpoint", again, "--checkpoint-key", filepath.Join(dir, "auditor.key")}, base...)...)
+		_, stderr, code = runSigningCLI(t, append([]string{"audit", "--checkpoint", again, "--write-checkpoint", again, "--checkpoint-key", auditorKey}, base...)...)
 		require.Equal(t, 0, code, stderr)
 		require.Equal(t, listed(again), inDir(again+".pages"))
 

@@ -64,16 +64,14 @@ type Table struct {
 	pages []Page
 	store Store
 
-	mu    sync.Mutex
-	tick  uint64        // counts cache uses
-	cache map[int]*page // by page index
+	cache pageCache[int] // by page index
 }
 
 // page is a verified page: its bytes and where each record lies in them.
 type page struct {
 	data []byte
 	recs []rec
-	used uint64 // Table.tick when last used, under Table.mu
+	used uint64 // pageCache.tick when last used, under pageCache.mu
 }
 
 // rec is a record's offsets in its page: data[start:tab] is its key,
@@ -109,7 +107,7 @@ func Open(pages []Page, store Store) (*Table, error) {
 			return nil, fmt.Errorf("%w: listing page %d (first %q): %s", ErrCorrupt, i, p.First, bad)
 		}
 	}
-	return &Table{pages: slices.Clone(pages), store: store, cache: map[int]*page{}}, nil
+	return &Table{pages: slices.Clone(pages), store: store, cache: pageCache[int]{m: map[int]*page{}}}, nil
 }
 
 // Pages returns a copy of the table's page list.
@@ -137,15 +135,9 @@ func (t *Table) Get(key string) (value string, ok bool, err error) {
 
 // page returns page i, verified, from the cache or the store.
 func (t *Table) page(i int) (*page, error) {
-	t.mu.Lock()
-	if pg, ok := t.cache[i]; ok {
-		t.tick++
-		pg.used = t.tick
-		t.mu.Unlock()
+	if pg := t.cache.get(i); pg != nil {
 		return pg, nil
 	}
-	t.mu.Unlock()
-
 	p := t.pages[i]
 	data, err := t.store.Get(p.Digest)
 	if err != nil {
@@ -159,25 +151,52 @@ func (t *Table) page(i int) (*page, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: page %d (first %q): %w", ErrCorrupt, i, p.First, err)
 	}
+	return t.cache.put(i, pg), nil
+}
 
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if cached, ok := t.cache[i]; ok { // another Get read it meanwhile
-		return cached, nil
+// pageCache keeps the cacheSize most recently used verified pages. It is
+// safe for concurrent use.
+type pageCache[K comparable] struct {
+	mu   sync.Mutex
+	tick uint64 // counts uses
+	m    map[K]*page
+}
+
+// get returns the page of k, nil when it is not kept.
+func (c *pageCache[K]) get(k K) *page {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pg := c.m[k]
+	if pg != nil {
+		c.tick++
+		pg.used = c.tick
 	}
-	if len(t.cache) >= cacheSize {
-		oldest := -1
-		for j, c := range t.cache {
-			if oldest < 0 || c.used < t.cache[oldest].used {
-				oldest = j
+	return pg
+}
+
+// put keeps pg as the page of k, dropping the least recently used page
+// when full, and returns the page kept: another reader's when it put one
+// meanwhile.
+func (c *pageCache[K]) put(k K, pg *page) *page {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kept, ok := c.m[k]; ok {
+		return kept
+	}
+	if len(c.m) >= cacheSize {
+		var oldest K
+		first := true
+		for j, p := range c.m {
+			if first || p.used < c.m[oldest].used {
+				oldest, first = j, false
 			}
 		}
-		delete(t.cache, oldest)
+		delete(c.m, oldest)
 	}
-	t.tick++
-	pg.used = t.tick
-	t.cache[i] = pg
-	return pg, nil
+	c.tick++
+	pg.used = c.tick
+	c.m[k] = pg
+	return pg
 }
 
 // decode verifies data against its listing p, next being the following
@@ -471,10 +490,7 @@ const firstBound = "\x00"
 type Tree struct {
 	index *Table
 	store Store
-
-	mu    sync.Mutex
-	tick  uint64
-	cache map[string]*page // data pages by digest
+	cache pageCache[string] // data pages by digest
 }
 
 // OpenTree checks the index's page list (as Open) and returns the tree;
@@ -484,7 +500,7 @@ func OpenTree(root []Page, store Store) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tree{index: index, store: store, cache: map[string]*page{}}, nil
+	return &Tree{index: index, store: store, cache: pageCache[string]{m: map[string]*page{}}}, nil
 }
 
 // Root returns a copy of the page list of the tree's index.
@@ -537,14 +553,9 @@ func (t *Tree) Get(key string) (value string, ok bool, err error) {
 // data returns the data page dp names, verified, from the cache or the
 // store.
 func (t *Tree) data(dp dataPage) (*page, error) {
-	t.mu.Lock()
-	if pg, ok := t.cache[dp.p.Digest]; ok {
-		t.tick++
-		pg.used = t.tick
-		t.mu.Unlock()
+	if pg := t.cache.get(dp.p.Digest); pg != nil {
 		return pg, nil
 	}
-	t.mu.Unlock()
 	data, err := t.store.Get(dp.p.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("pagetable: data page %q (sha256 %s): %w", dp.bound, dp.p.Digest, err)
@@ -553,21 +564,7 @@ func (t *Tree) data(dp dataPage) (*page, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: data page %q (first %q): %w", ErrCorrupt, dp.bound, dp.p.First, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.cache) >= cacheSize {
-		oldest := ""
-		for d, c := range t.cache {
-			if oldest == "" || c.used < t.cache[oldest].used {
-				oldest = d
-			}
-		}
-		delete(t.cache, oldest)
-	}
-	t.tick++
-	pg.used = t.tick
-	t.cache[dp.p.Digest] = pg
-	return pg, nil
+	return t.cache.put(dp.p.Digest, pg), nil
 }
 
 // dataPages returns every data page of the tree, reading the whole index

@@ -248,14 +248,10 @@ func decode(data []byte, p Page, next string) (*page, error) {
 // twice PageSize is split into pages of about PageSize. t is not
 // modified.
 func (t *Table) Update(puts map[string]string, dst Store) ([]Page, error) {
-	keys := make([]string, 0, len(puts))
-	for k, v := range puts {
-		if err := checkRecord(k, v); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
+	keys, err := sortedPuts(puts)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(keys)
 	if len(t.pages) == 0 {
 		w := NewWriter(dst)
 		for _, k := range keys {
@@ -293,6 +289,20 @@ func (t *Table) Update(puts map[string]string, dst Store) ([]Page, error) {
 		out = append(out, pages...)
 	}
 	return out, nil
+}
+
+// sortedPuts returns the keys of puts in order, or an error naming a
+// record the page format cannot hold.
+func sortedPuts(puts map[string]string) ([]string, error) {
+	keys := make([]string, 0, len(puts))
+	for k, v := range puts {
+		if err := checkRecord(k, v); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 // merge returns the records of pg with the sorted keys put into it, and
@@ -617,14 +627,10 @@ func (t *Tree) Digests() ([]string, error) {
 // (Table.Update), and every other page is carried into dst. t is not
 // modified.
 func (t *Tree) Update(puts map[string]string, dst Store) ([]Page, error) {
-	keys := make([]string, 0, len(puts))
-	for k, v := range puts {
-		if err := checkRecord(k, v); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
+	keys, err := sortedPuts(puts)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(keys)
 	dps, err := t.dataPages()
 	if err != nil {
 		return nil, err

@@ -170,6 +170,22 @@ func gpuCheck(name, be, script string, deadline int) testenv.Check {
 		Workload: fmt.Sprintf("{image: %q}", testCUDAImage)}
 }
 
+// participantLog is the participant's log of stream ("stdout", "stderr")
+// on the evidence branch, its digest checked against the signed check
+// evidence that names it; the test fails when there is none.
+func participantLog(t *testing.T, e *env, p evidence.ParticipantOutcome, stream string) string {
+	t.Helper()
+	for _, l := range p.Logs {
+		if strings.HasSuffix(l.Path, "."+stream+".log") {
+			data := e.evidence().Read(l.Path)
+			require.Equal(t, l.Digest, specs.DigestOf(data), "%s: digest", l.Path)
+			return string(data)
+		}
+	}
+	t.Fatalf("participant %s: no %s log in the evidence (logs %v, reason %q)", p.Node, stream, p.Logs, p.Reason)
+	return ""
+}
+
 // reserved reports whether node carries run's reservation: annotation,
 // taint and cordon.
 func reserved(t *testing.T, w *kubeWorld, node, run string) bool {
@@ -197,7 +213,7 @@ func TestKubernetes(t *testing.T) {
 		nodes := w.nodes(t, "p", 4)
 		w.prepare(t, "p-1")
 		before := w.state(t, nodes...)
-		e.repo.AddProfileFor("burn", 4, "", gpuCheck("burn", "pod", "result Pass; exit 0", 60))
+		e.repo.AddProfileFor("burn", 4, "", gpuCheck("burn", "pod", `echo "burn log of participant $SIGNET_PARTICIPANT_INDEX"; result Pass; exit 0`, 60))
 		e.repo.AddRequestFor("burn-1", "burn", nodes)
 		e.repo.Commit("specs")
 		e.repo.Approve(e.keys.ApproverFile, "", profileRef+"burn", requestRef+"burn-1")
@@ -216,6 +232,10 @@ func TestKubernetes(t *testing.T) {
 			assert.NotEmpty(t, p.Identity.Workload, "the pod's API-assigned UID")
 			assert.Equal(t, specs.VerdictPass, p.Verdict)
 			assertImagesInEvidence(t, p.Identity, "signet-install", "check")
+			// The pod's log, read through the API server's pods/log from
+			// the node's kubelet API, is the participant's log evidence.
+			assert.NotContains(t, p.Reason, "logs not read")
+			assert.Contains(t, participantLog(t, e, p, "stdout"), fmt.Sprintf("burn log of participant %d\n", i))
 		}
 		assert.ElementsMatch(t, nodes, docs.receipt.Released)
 		pods, err := w.kube.Client.CoreV1().Pods(checksNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: kube.RunLabel + "=burn-1"})

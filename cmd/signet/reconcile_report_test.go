@@ -78,7 +78,10 @@ backends:
 		code, body := get(http.MethodGet, "/report/")
 		return code == http.StatusOK && strings.Contains(body, run)
 	}
-	require.Eventually(t, func() bool { return indexHas(">first<") }, 90*time.Second, 200*time.Millisecond, "the report never showed run first")
+	// Wait for the run's end: the daemon rewrites the report after each
+	// pass that moved the branch, and the comparison of index.html below
+	// ("no request wrote the report") holds only once it has stopped.
+	require.Eventually(t, func() bool { return indexHas(">first<") && indexHas("<td>Done</td>") }, 90*time.Second, 200*time.Millisecond, "the report never showed run first done")
 
 	// Every file the current generation's manifest lists is served as
 	// written. The daemon may write a newer report meanwhile (each pass

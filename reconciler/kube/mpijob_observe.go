@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"signet.dev/signet/evidence"
-	"signet.dev/signet/internal/procutil"
 	"signet.dev/signet/reconciler/backend"
 	"signet.dev/signet/specs"
 )
@@ -572,19 +570,11 @@ func (b *MPIJobBackend) nodeUID(ctx context.Context, name string) string {
 // launcherLog is the bounded tail of the launcher's check container log;
 // nil when it cannot be read (logs are never a reason to fail).
 func (b *MPIJobBackend) launcherLog(ctx context.Context, p *corev1.Pod, log *slog.Logger) []byte {
-	rc, err := b.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: checkContainerName}).Stream(ctx)
+	out, err := logTail(ctx, b.client, p.Namespace, p.Name, b.o.MaxLogBytes)
 	if err != nil {
-		log.Info("launcher log not readable", "pod", p.Name, "err", err)
-		return nil
+		log.Info("launcher log not read", "pod", p.Name, "err", err)
 	}
-	defer rc.Close()
-	tail := procutil.NewTail(b.o.MaxLogBytes)
-	// Read at most 64 times the kept size: a chatty launcher cannot hold
-	// the reconciler for long.
-	if _, err := io.Copy(tail, io.LimitReader(rc, int64(b.o.MaxLogBytes)*64)); err != nil {
-		log.Info("launcher log read failed", "pod", p.Name, "err", err)
-	}
-	if out := tail.Bytes(); len(out) > 0 {
+	if len(out) > 0 {
 		return out
 	}
 	return nil

@@ -300,6 +300,10 @@ func TestMPIJobOnAPIServer(t *testing.T) {
 			assert.Equal(t, []string{mpiWorkerContainer, installContainerName, checkContainerName},
 				[]string{pr.Identity.Images[0].Container, pr.Identity.Images[1].Container, pr.Identity.Images[2].Container})
 		}
+		// The launcher's log, read through pods/log from its node's kubelet
+		// API, is the first participant's stdout.
+		assert.Contains(t, string(rep.Participants[0].Stdout), "launcher on ")
+		assert.Contains(t, string(rep.Participants[0].Stdout), " for 2 participants, stage=none")
 		// The launcher ran unpinned, with no stage, off the reserved nodes.
 		pl, err := pods.List(ctx, metav1.ListOptions{LabelSelector: MPIJobNameLabel + "=" + MPIJobName("pass", 1) + "," + MPIJobRoleLabel + "=" + MPIRoleLauncher})
 		require.NoError(t, err)

@@ -592,21 +592,39 @@ func resultFromTermination(t *corev1.ContainerStateTerminated) (specs.Terminatio
 func (b *PodBackend) logs(ctx context.Context, pod string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
 	defer cancel()
-	limit := int64(8 * b.o.MaxLogBytes)
-	lines := int64(max(100, b.o.MaxLogBytes/40))
-	rc, err := b.client.CoreV1().Pods(b.o.Namespace).GetLogs(pod, &corev1.PodLogOptions{
-		Container: checkContainerName, LimitBytes: &limit, TailLines: &lines,
-	}).Stream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	tail := procutil.NewTail(b.o.MaxLogBytes)
-	if _, err := io.Copy(tail, rc); err != nil {
-		return tail.Bytes(), err
-	}
-	return tail.Bytes(), nil
+	return logTail(ctx, b.client, b.o.Namespace, pod, b.o.MaxLogBytes)
 }
+
+// logTail reads the end of the check container's log of pod ns/pod and
+// keeps its last keep bytes. The kubelet can only be asked for the last
+// lines, and for at most so many bytes from the first of them: it is asked
+// for the last max(100, keep/40) lines and at most logReadFactor×keep
+// bytes, and when that many came (the lines longer than expected, the end
+// of the log not reached) again for half as many lines, down to one. What
+// is kept is thus the end of the log however long it or its lines grew (a
+// check prints its summary last), and a chatty check cannot make the
+// reconciler read more than logReadFactor×keep bytes a request. Only when
+// the last line alone is longer than that is what is kept not its end.
+func logTail(ctx context.Context, client kubernetes.Interface, ns, pod string, keep int) ([]byte, error) {
+	limit := int64(logReadFactor * keep)
+	for lines := int64(max(100, keep/40)); ; lines = max(1, lines/2) {
+		rc, err := client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{
+			Container: checkContainerName, LimitBytes: &limit, TailLines: &lines,
+		}).Stream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tail := procutil.NewTail(keep)
+		n, err := io.Copy(tail, rc)
+		rc.Close()
+		if err != nil || n < limit || lines == 1 {
+			return tail.Bytes(), err
+		}
+	}
+}
+
+// logReadFactor bounds one log read at this many times the bytes kept.
+const logReadFactor = 8
 
 // Cleanup deletes the check's pods and ConfigMap with foreground
 // propagation and waits, at most CleanupTimeout, until they are gone. What

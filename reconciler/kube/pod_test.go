@@ -377,6 +377,7 @@ exit $code
 
 type e2e struct {
 	env   *kubetest.Env
+	agent *kubetest.Agent
 	nodes []evidence.Participant
 	b     *PodBackend
 }
@@ -391,7 +392,7 @@ func startE2E(t *testing.T, misbehave map[string]kubetest.Misbehaviour) *e2e {
 		n := env.CreateNode(ctx, kubetest.NodeOptions{Name: name, GPUs: 8})
 		parts = append(parts, evidence.Participant{Index: i, Node: name, UID: string(n.UID)})
 	}
-	env.StartAgent(t, kubetest.AgentOptions{
+	agent := env.StartAgent(t, kubetest.AgentOptions{
 		Images: map[string]string{
 			testSignetImage: img,
 			// The workload image is this machine's root filesystem: the
@@ -405,7 +406,7 @@ func startE2E(t *testing.T, misbehave map[string]kubetest.Misbehaviour) *e2e {
 	require.True(t, fleet.StartCache(t.Context(), 30*time.Second))
 	b := NewPodBackend(env.Client, PodOptions{Namespace: "default", SignetImage: testSignetImage, PollInterval: 200 * time.Millisecond, CleanupTimeout: time.Minute,
 		NodeUIDs: fleet.CachedNodeUID})
-	return &e2e{env: env, nodes: parts, b: b}
+	return &e2e{env: env, agent: agent, nodes: parts, b: b}
 }
 
 func (e *e2e) checkRun(run, script string, deadline time.Duration) *backend.CheckRun {
@@ -444,6 +445,31 @@ func TestPodBackendE2E(t *testing.T) {
 		podName("deadline", 1, 0): kubetest.NeverTerminate,
 	})
 
+	// What is kept of a log is its end, whatever the length of the log
+	// and of its lines: the kubelet answers the last lines from their
+	// first byte, so a window of lines longer than the read bound must be
+	// asked for again with fewer lines, not cut at its start.
+	t.Run("log tail is the end", func(t *testing.T) {
+		const keep = 1024
+		for name, script := range map[string]string{
+			"short lines": `i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done; echo end`,
+			"long lines":  `x=$(head -c 2000 /dev/zero | tr '\0' x); i=0; while [ $i -lt 300 ]; do echo "$i $x"; i=$((i+1)); done; echo end`,
+			"short log":   `echo "only this"; echo end`,
+		} {
+			c := e.checkRun("logtail", "#!/bin/sh\n"+script+"\n"+`printf '{"run":"%s","check":"%s","nonce":"%s","verdict":"Pass"}' "$SIGNET_RUN_ID" "$SIGNET_CHECK_NAME" "$SIGNET_NONCE" > "$SIGNET_RESULT_FILE"`, 2*time.Minute)
+			c.Participants = c.Participants[:1]
+			_, err := e.b.Run(t.Context(), c)
+			require.NoError(t, err, name)
+			full := e.agent.Logs("default", podName(c.Run, c.Index, 0), checkContainerName)
+			require.True(t, strings.HasSuffix(full, "end\n"), "%s: the agent ran the script: %q", name, full[max(0, len(full)-100):])
+			got, err := logTail(t.Context(), e.env.Client, "default", podName(c.Run, c.Index, 0), keep)
+			require.NoError(t, err, name)
+			want := full[max(0, len(full)-keep):]
+			assert.Equal(t, want, string(got), "%s: the kept tail must be the log's last %d bytes", name, keep)
+			e.cleanup(t, c)
+		}
+	})
+
 	t.Run("pass", func(t *testing.T) {
 		c := e.checkRun("pass", resultScript, 2*time.Minute)
 		_, rendered, err := e.b.Describe(c)
@@ -463,6 +489,12 @@ func TestPodBackendE2E(t *testing.T) {
 			t.Logf("%s: termination %+v", p.Node, p.Termination)
 		}
 		assert.False(t, rep.StartedAt.After(rep.EndedAt))
+		for i, p := range rep.Participants {
+			// The pod's log, read through pods/log from the node's kubelet
+			// API, is the participant's stdout; no note says it was not.
+			assert.Contains(t, string(p.Stdout), fmt.Sprintf("participant %d of 2: Pass\n", i))
+			assert.NotContains(t, p.Termination.Reason, "logs not read")
+		}
 
 		// What was created is what Describe digested.
 		r, err := render(c, "default", testSignetImage)

@@ -225,7 +225,9 @@ type AgentOptions struct {
 // and filesystem), liveness and startup probes,
 // lifecycle hooks, sidecar (restartPolicy Always) init containers,
 // ephemeral containers, node status heartbeats, eviction, or the kubelet's
-// API (pods/log, exec through the API server do not work: use Logs).
+// API beyond pods/log (exec and attach through the API server do not work).
+// pods/log through the API server serves Logs of a pod that still exists
+// (see kubeletAPI).
 type Agent struct {
 	e      *Env
 	opts   AgentOptions
@@ -304,6 +306,7 @@ func (e *Env) StartAgent(t testing.TB, opts AgentOptions) *Agent {
 		inf.Run(ctx.Done())
 	}()
 	t.Cleanup(a.stop)
+	e.kubelet.add(a)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		t.Fatalf("kubetest: agent: pod informer did not sync")
 	}
@@ -327,6 +330,7 @@ func (a *Agent) Logs(namespace, pod, container string) string {
 // first so that their cause is errAgentStopped) and waits for the agent's
 // goroutines.
 func (a *Agent) stop() {
+	a.e.kubelet.remove(a)
 	a.mu.Lock()
 	a.stopping = true
 	for _, r := range a.pods {

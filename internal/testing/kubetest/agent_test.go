@@ -145,6 +145,35 @@ func TestAgent(t *testing.T) {
 		assert.Equal(t, "node=gpu-1\n", a.Logs("default", "fails", "check"))
 	})
 
+	t.Run("pods/log through the API server", func(t *testing.T) {
+		p := shPod("logs", "gpu-2", `printf 'one\ntwo\nthree\n'; echo four >&2`)
+		_, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitPod(t, env, "logs", 60*time.Second, func(c *assert.CollectT, p *corev1.Pod) {
+			require.Equal(c, corev1.PodSucceeded, p.Status.Phase)
+		})
+		read := func(o corev1.PodLogOptions) (string, error) {
+			o.Container = "check"
+			out, err := cs.CoreV1().Pods("default").GetLogs("logs", &o).DoRaw(ctx)
+			return string(out), err
+		}
+		got, err := read(corev1.PodLogOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "one\ntwo\nthree\nfour\n", got)
+		got, err = read(corev1.PodLogOptions{TailLines: new(int64(2))})
+		require.NoError(t, err)
+		assert.Equal(t, "three\nfour\n", got)
+		got, err = read(corev1.PodLogOptions{TailLines: new(int64(3)), LimitBytes: new(int64(6))})
+		require.NoError(t, err)
+		assert.Equal(t, "two\nth", got)
+		_, err = read(corev1.PodLogOptions{Follow: true})
+		require.Error(t, err, "follow is not simulated: refused, not answered as if it were")
+		// Another container's log: the kubelet says it never started.
+		o := corev1.PodLogOptions{Container: "sidecar"}
+		_, err = cs.CoreV1().Pods("default").GetLogs("logs", &o).DoRaw(ctx)
+		require.Error(t, err)
+	})
+
 	t.Run("readiness probe and projected service-account volume", func(t *testing.T) {
 		var healthy atomic.Bool
 		var probes atomic.Int64

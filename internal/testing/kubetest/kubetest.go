@@ -110,9 +110,10 @@ type Env struct {
 	// API server answered /readyz.
 	StartupTime time.Duration
 
-	t      testing.TB
-	opts   Options
-	beats  *heartbeats
+	t       testing.TB
+	opts    Options
+	beats   *heartbeats
+	kubelet *kubeletAPI
 	tokens map[string]string
 	caData []byte
 	host   string
@@ -189,6 +190,8 @@ func StartWith(t testing.TB, opts Options) *Env {
 	})
 
 	certDir := filepath.Join(dir, "certs")
+	kubelet, kubeletFl := startKubeletAPI(t, dir)
+	e.kubelet = kubelet
 	retryPorts(t, e, "kube-apiserver", func(attempt int) (*proc, error) {
 		port := freePort(t)
 		e.host = "https://127.0.0.1:" + strconv.Itoa(port)
@@ -215,6 +218,12 @@ func StartWith(t testing.TB, opts Options) *Env {
 			// (on by default) and signet's own policies, never this flag.
 			"--allow-privileged=true",
 			"--profiling=false",
+			// pods/log reaches the simulated nodes' kubelet API
+			// (kubeletAPI) at their InternalIP, both sides verified.
+			"--kubelet-preferred-address-types", "InternalIP",
+			"--kubelet-client-certificate", kubeletFl.clientCert,
+			"--kubelet-client-key", kubeletFl.clientKey,
+			"--kubelet-certificate-authority", kubeletFl.ca,
 		)
 		return p, waitFor(p, 120*time.Second, func() error {
 			ca, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt"))

@@ -121,3 +121,24 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, p.Spec.NodeName)
 }
+
+// TestLogWindow: tailLines then limitBytes, as the kubelet applies them.
+func TestLogWindow(t *testing.T) {
+	log := []byte("one\ntwo\nthree\n")
+	for _, tc := range []struct {
+		tail, limit int64
+		want        string
+	}{
+		{-1, -1, "one\ntwo\nthree\n"},
+		{0, -1, ""},
+		{1, -1, "three\n"},
+		{2, -1, "two\nthree\n"},
+		{9, -1, "one\ntwo\nthree\n"},
+		{-1, 5, "one\nt"},
+		{2, 5, "two\nt"},
+	} {
+		assert.Equal(t, tc.want, string(logWindow(log, tc.tail, tc.limit)), "tail %d limit %d", tc.tail, tc.limit)
+	}
+	assert.Equal(t, "b", string(logWindow([]byte("a\nb"), 1, -1)), "a last line without a newline is a line")
+	assert.Empty(t, logWindow(nil, 3, -1))
+}

@@ -3,18 +3,11 @@ package kubetest
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -465,42 +458,11 @@ func labelsOf(p *corev1.Pod) map[string]string {
 // 127.0.0.1 as tls.crt and tls.key into dir and returns the CA's PEM.
 func writeServingCert(t testing.TB, dir string) []byte {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubetest-kueue-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	writeFile(t, filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	writeFile(t, filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	ca := newTestCA(t, "kubetest-kueue-ca")
+	cert, key := ca.issue(t, "127.0.0.1", x509.ExtKeyUsageServerAuth)
+	writeFile(t, filepath.Join(dir, "tls.crt"), cert, 0o600)
+	writeFile(t, filepath.Join(dir, "tls.key"), key, 0o600)
+	return ca.pem
 }
 
 // kueueMetricsCertDir is where Kueue v0.17.0 reads its metrics certificate

@@ -44,7 +44,8 @@ type NodeOptions struct {
 // memory, 100Gi ephemeral-storage, 110 pods and GPUs nvidia.com/gpu as a
 // device plugin would advertise them; nodeInfo with SystemUUID, BootID, a
 // kubelet version and linux/amd64; a Ready=True condition with the current
-// heartbeat time; an InternalIP 127.0.0.1 and Hostname address), and — unless
+// heartbeat time; an InternalIP 127.0.0.1 and Hostname address, and the port of the
+// kubelet API that serves the Agents' logs as kubeletEndpoint), and — unless
 // KeepNotReady — the node lifecycle controller's removal of the
 // node.kubernetes.io/not-ready:NoSchedule taint (see LiftNotReadyTaint). No
 // heartbeat follows unless Options.NodeLifecycle: the node lifecycle
@@ -109,6 +110,7 @@ func (e *Env) CreateNode(ctx context.Context, o NodeOptions) *corev1.Node {
 			{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
 			{Type: corev1.NodeHostName, Address: o.Name},
 		}
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(e.kubelet.port)
 		n.Status.Conditions = []corev1.NodeCondition{{
 			Type:               corev1.NodeReady,
 			Status:             corev1.ConditionTrue,

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -191,7 +192,7 @@ func (o *auditOptions) run(cmd *cobra.Command) error {
 				return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
 			}
 		}
-		if err := writeFileAtomic(o.WriteCheckpoint, rep.Checkpoint); err != nil {
+		if err := renameio.WriteFile(o.WriteCheckpoint, rep.Checkpoint, 0o644, renameio.WithStaticPermissions(0o644)); err != nil {
 			return exitCode(exitAuditUsage, fmt.Errorf("--write-checkpoint: %w", err))
 		}
 		if err := prunePages(o.WriteCheckpoint, rep.Checkpoint); err != nil {
@@ -281,31 +282,6 @@ func prunePages(name string, checkpoint []byte) error {
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to name through a temporary file in its
-// directory, synced and renamed into place.
-func writeFileAtomic(name string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), name)
 }
 
 // since resolves --since: a commit hash as is; a regular file as a pins

@@ -86,6 +86,15 @@ func (p *page) search(key string) int {
 	return sort.Search(len(p.recs), func(i int) bool { return string(p.key(i)) >= key })
 }
 
+// get returns the value of key in the page, if it holds key.
+func (p *page) get(key string) (value string, ok bool) {
+	j := p.search(key)
+	if j == len(p.recs) || string(p.key(j)) != key {
+		return "", false
+	}
+	return string(p.value(j)), true
+}
+
 // Open checks the listing itself (First non-empty and strictly
 // increasing, digests of 64 lowercase hex digits, Records >= 1) and
 // returns the table; it reads no page. Its errors wrap ErrCorrupt and
@@ -126,11 +135,8 @@ func (t *Table) Get(key string) (value string, ok bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	j := pg.search(key)
-	if j == len(pg.recs) || string(pg.key(j)) != key {
-		return "", false, nil
-	}
-	return string(pg.value(j)), true, nil
+	value, ok = pg.get(key)
+	return value, ok, nil
 }
 
 // page returns page i, verified, from the cache or the store.
@@ -553,11 +559,8 @@ func (t *Tree) Get(key string) (value string, ok bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	j := pg.search(key)
-	if j == len(pg.recs) || string(pg.key(j)) != key {
-		return "", false, nil
-	}
-	return string(pg.value(j)), true, nil
+	value, ok = pg.get(key)
+	return value, ok, nil
 }
 
 // data returns the data page dp names, verified, from the cache or the

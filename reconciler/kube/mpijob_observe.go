@@ -570,6 +570,8 @@ func (b *MPIJobBackend) nodeUID(ctx context.Context, name string) string {
 // launcherLog is the bounded tail of the launcher's check container log;
 // nil when it cannot be read (logs are never a reason to fail).
 func (b *MPIJobBackend) launcherLog(ctx context.Context, p *corev1.Pod, log *slog.Logger) []byte {
+	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
+	defer cancel()
 	out, err := logTail(ctx, b.client, p.Namespace, p.Name, b.o.MaxLogBytes)
 	if err != nil {
 		log.Info("launcher log not read", "pod", p.Name, "err", err)

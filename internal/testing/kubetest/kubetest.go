@@ -114,11 +114,11 @@ type Env struct {
 	opts    Options
 	beats   *heartbeats
 	kubelet *kubeletAPI
-	tokens map[string]string
-	caData []byte
-	host   string
-	procs  []*proc
-	dumped bool
+	tokens  map[string]string
+	caData  []byte
+	host    string
+	procs   []*proc
+	dumped  bool
 }
 
 // Start starts etcd, kube-apiserver, kube-scheduler and

@@ -144,20 +144,29 @@ func (t *Table) page(i int) (*page, error) {
 	if pg := t.cache.get(i); pg != nil {
 		return pg, nil
 	}
-	p := t.pages[i]
-	data, err := t.store.Get(p.Digest)
-	if err != nil {
-		return nil, fmt.Errorf("pagetable: page %d (first %q, sha256 %s): %w", i, p.First, p.Digest, err)
-	}
 	next := ""
 	if i+1 < len(t.pages) {
 		next = t.pages[i+1].First
 	}
-	pg, err := decode(data, p, next)
+	pg, err := load(t.store, t.pages[i], next, "page %d", i)
 	if err != nil {
-		return nil, fmt.Errorf("%w: page %d (first %q): %w", ErrCorrupt, i, p.First, err)
+		return nil, err
 	}
 	return t.cache.put(i, pg), nil
+}
+
+// load reads page p, followed by a page whose first key is next, from
+// store and verifies it; format and arg name the page in its errors.
+func load(store Store, p Page, next, format string, arg any) (*page, error) {
+	data, err := store.Get(p.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("pagetable: %s (first %q, sha256 %s): %w", fmt.Sprintf(format, arg), p.First, p.Digest, err)
+	}
+	pg, err := decode(data, p, next)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (first %q): %w", ErrCorrupt, fmt.Sprintf(format, arg), p.First, err)
+	}
+	return pg, nil
 }
 
 // pageCache keeps the cacheSize most recently used verified pages. It is
@@ -569,13 +578,9 @@ func (t *Tree) data(dp dataPage) (*page, error) {
 	if pg := t.cache.get(dp.p.Digest); pg != nil {
 		return pg, nil
 	}
-	data, err := t.store.Get(dp.p.Digest)
+	pg, err := load(t.store, dp.p, dp.next, "data page %q", dp.bound)
 	if err != nil {
-		return nil, fmt.Errorf("pagetable: data page %q (sha256 %s): %w", dp.bound, dp.p.Digest, err)
-	}
-	pg, err := decode(data, dp.p, dp.next)
-	if err != nil {
-		return nil, fmt.Errorf("%w: data page %q (first %q): %w", ErrCorrupt, dp.bound, dp.p.First, err)
+		return nil, err
 	}
 	return t.cache.put(dp.p.Digest, pg), nil
 }

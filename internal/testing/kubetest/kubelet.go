@@ -187,20 +187,11 @@ type testCA struct {
 
 func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
+	der, key := certify(t, tmpl, nil, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
@@ -212,14 +203,8 @@ func newTestCA(t testing.TB, name string) *testCA {
 // it also holds as a SAN) and its key, both PEM.
 func (ca *testCA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(ca.next), Subject: pkix.Name{CommonName: cn},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
@@ -227,16 +212,34 @@ func (ca *testCA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) (certPE
 	if ip := net.ParseIP(cn); ip != nil {
 		tmpl.IPAddresses = []net.IP{ip}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("kubetest: %v", err)
-	}
+	der, key := certify(t, tmpl, ca.cert, ca.key)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// certify makes a fresh key and tmpl's certificate for it, valid from an
+// hour ago for a day, signed by parent's key (self-signed when parent is
+// nil), and returns the certificate's DER and the key.
+func certify(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	now := time.Now()
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	return der, key
 }
 
 // containerLog is the log of container ctr of pod ns/name if this agent

@@ -108,6 +108,59 @@ func TestRunStatuses(t *testing.T) {
 	}
 }
 
+// TestFailureBesideTheAssertionRunsOnceMore: a mutated test that fails
+// for another reason than its assertion (a harness slow to start) runs
+// once more; only a second run that prints the assertion is Caught, and
+// the first failure stays in the detail. A test that passes is never
+// run again: Survived stands on one run.
+func TestFailureBesideTheAssertionRunsOnceMore(t *testing.T) {
+	flake := TestRun{Output: "--- FAIL: TestAdd (41.66s)\n    kueue.go:188: kubetest: kueue not ready: timeout\n    kubetest.go:478: kubetest: ---- tail of etcd-0\nFAIL\n"}
+	for _, tt := range []struct {
+		name       string
+		second     TestRun
+		want       Status
+		wantDetail []string
+	}{
+		{"caught the second time", TestRun{Output: "--- FAIL: TestAdd\n    Error: Add(1, 2) = -1\n"}, Caught,
+			[]string{"caught on a second run", "kueue not ready"}},
+		{"the same failure twice", flake, Broken,
+			[]string{"without printing the assert text", "kubetest: kueue not ready", "a second run; the first failed"}},
+		{"passes the second time", TestRun{Output: "ok\n", Passed: true}, Survived,
+			[]string{"test passed with the rule broken", "kueue not ready"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := tree(t)
+			runs := 0
+			r := &Runner{Root: root, Overlay: true, RunTest: func(context.Context, Test, string, bool) (TestRun, error) {
+				runs++
+				if runs == 1 {
+					return flake, nil
+				}
+				return tt.second, nil
+			}}
+			res, err := r.Run(t.Context(), mutation("return a + b", "return a - b"))
+			require.NoError(t, err)
+			assert.Equal(t, 2, runs)
+			assert.Equal(t, tt.want, res.Status, res.Detail)
+			for _, d := range tt.wantDetail {
+				assert.Contains(t, res.Detail, d)
+			}
+			assert.NotContains(t, res.Detail, "---- tail of", "a harness's log dump is not a reason")
+		})
+	}
+	t.Run("survived is not run again", func(t *testing.T) {
+		runs := 0
+		r := &Runner{Root: tree(t), Overlay: true, RunTest: func(context.Context, Test, string, bool) (TestRun, error) {
+			runs++
+			return TestRun{Output: "ok\n", Passed: true}, nil
+		}}
+		res, err := r.Run(t.Context(), mutation("return a + b", "return a - b"))
+		require.NoError(t, err)
+		assert.Equal(t, Survived, res.Status)
+		assert.Equal(t, 1, runs)
+	})
+}
+
 func TestRunMutatesTheTreeOnlyDuringTheTest(t *testing.T) {
 	root := tree(t)
 	var seen string

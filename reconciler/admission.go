@@ -84,8 +84,13 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 	r := p.r
 	run := o.Name
 	r.mu.Lock()
-	rs := r.runs[run]
+	rs, fr := r.runs[run], r.finished[run]
 	r.mu.Unlock()
+	if rs == nil && fr != nil {
+		// Finished, retaining nothing: its condition needs no read.
+		p.set(o, requestCondition(o, run, fr.request, true, evidence.PhaseDone, fr.verdict))
+		return false, nil
+	}
 	if rs == nil {
 		exists, err := r.store.Exists(ctx, evidence.IndexPath(r.cfg.Cluster, run))
 		if err != nil {

@@ -48,3 +48,7 @@ func (r *Reconciler) CheckDocsHeld(run string) int {
 // FoldReads is how many finished runs the standing pool's history read
 // from the evidence branch (foldFinished).
 func (r *Reconciler) FoldReads() int64 { return r.foldReads.Load() }
+
+// RunReads is how many runs were read from the evidence branch (readRun:
+// recovery, a request's or a firing's run, Wait on a compact run).
+func (r *Reconciler) RunReads() int64 { return r.runReads.Load() }

@@ -18,7 +18,11 @@ import (
 	"github.com/google/renameio/v2"
 
 	"signet.dev/signet/evidence"
+	"signet.dev/signet/specs"
 )
+
+// runVerdicts are the verdicts a finished run may have.
+var runVerdicts = []specs.Verdict{specs.VerdictPass, specs.VerdictFail, specs.VerdictInconclusive, specs.VerdictError, specs.VerdictCanceled}
 
 // The record of finished runs (issue 19): at 10^5 runs a restart that
 // reads every finished run of its cluster from the evidence branch works
@@ -51,8 +55,11 @@ import (
 // finishedRecordFile is the record's file name in Config.StateDir.
 const finishedRecordFile = "finished-runs.jsonl"
 
-// finishedRecordVersion is the record format's version.
-const finishedRecordVersion = 1
+// finishedRecordVersion is the record format's version. Version 2 added
+// each run's request digest and verdict (a request's condition is read
+// from them, not from the run read again); a record of version 1 is
+// refused, so the first start of a newer signet reads every run once.
+const finishedRecordVersion = 2
 
 // finishedRecordEvery is how many receipts the reconciler writes between
 // two records while it runs (besides one after recovery, one after a pass
@@ -77,6 +84,9 @@ type finishedRecordEntry struct {
 	Dir      string   `json:"dir"`
 	Profile  string   `json:"profile"`
 	Released []string `json:"released"`
+	// Request is the admitted request's digest; Verdict the run's.
+	Request specs.Digest  `json:"request"`
+	Verdict specs.Verdict `json:"verdict"`
 	// Folded: its node runs are in the record's latest node runs.
 	Folded bool `json:"folded,omitempty"`
 }
@@ -156,15 +166,17 @@ func (r *Reconciler) parseFinishedRecord(p string, f io.Reader) (finishedRecord,
 			return finishedRecord{}, fmt.Errorf("%s: run %s: %q is not a run directory of run %s in cluster %q", p, e.Run, e.Dir, e.Run, r.cfg.Cluster)
 		case e.Profile == "":
 			return finishedRecord{}, fmt.Errorf("%s: run %s: no profile", p, e.Run)
+		case !slices.Contains(runVerdicts, e.Verdict):
+			return finishedRecord{}, fmt.Errorf("%s: run %s: verdict %q is not one of %v", p, e.Run, e.Verdict, runVerdicts)
+		}
+		if _, err := specs.ParseDigest(string(e.Request)); err != nil {
+			return finishedRecord{}, fmt.Errorf("%s: run %s: request: %w", p, e.Run, err)
 		}
 		prev = e.Run
-		fr := &finishedRun{dir: e.Dir, released: make([]string, len(e.Released)), folded: e.Folded}
 		r.mu.Lock()
-		fr.profile = r.intern(e.Profile)
-		for j, n := range e.Released {
-			fr.released[j] = r.intern(n)
-		}
+		fr := r.compact(e.Dir, e.Profile, e.Request, e.Verdict, e.Released)
 		r.mu.Unlock()
+		fr.folded = e.Folded
 		runs[e.Run] = fr
 	}
 	var latest []evidence.NodeRun
@@ -235,7 +247,10 @@ func (r *Reconciler) writeFinishedRecord() error {
 	var entries []finishedRecordEntry
 	r.mu.Lock()
 	for id, fr := range r.finished {
-		entries = append(entries, finishedRecordEntry{Run: id, Dir: fr.dir, Profile: fr.profile, Released: fr.released, Folded: fr.folded})
+		entries = append(entries, finishedRecordEntry{
+			Run: id, Dir: fr.dir, Profile: fr.profile, Released: fr.released,
+			Request: fr.request, Verdict: fr.verdict, Folded: fr.folded,
+		})
 	}
 	latest := r.latest.All()
 	held := make([]*runState, 0, len(r.runs))
@@ -248,7 +263,10 @@ func (r *Reconciler) writeFinishedRecord() error {
 	for _, rs := range held {
 		rs.mu.Lock()
 		if rs.receipt != nil && len(rs.retained) == 0 && rs.adm.Cluster == r.cfg.Cluster {
-			entries = append(entries, finishedRecordEntry{Run: rs.id, Dir: rs.dir, Profile: rs.adm.Profile.Name, Released: slices.Clone(rs.released)})
+			entries = append(entries, finishedRecordEntry{
+				Run: rs.id, Dir: rs.dir, Profile: rs.adm.Profile.Name, Released: slices.Clone(rs.released),
+				Request: rs.adm.Request.Digest, Verdict: rs.verdict,
+			})
 		}
 		rs.mu.Unlock()
 	}

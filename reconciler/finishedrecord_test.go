@@ -89,9 +89,17 @@ func TestRestartReadsFinishedRunsFromRecord(t *testing.T) {
 	assert.Equal(t, "b-fail", r4.Status().Holds[e.host])
 	stop()
 
+	// A whole record (its trailer's hash recomputed) giving a run a
+	// verdict no run can have is not used: a request's condition is read
+	// from it.
+	require.NoError(t, os.WriteFile(record, rehashed(t, saved, `"verdict":"Pass"`, `"verdict":"Passed"`), 0o600))
+	r45, stop := e.buildStoppable(e.config())
+	assert.Equal(t, reconciler.RecoveryCounts{Read: 3}, r45.Recovered(), "a record with an unknown verdict was used")
+	stop()
+
 	// A whole record (its trailer's hash recomputed) naming a run the
 	// branch's index lacks is not used.
-	ghost := fmt.Sprintf(`{"run":"ghost","dir":%q,"profile":"passing","released":[%q]}`, evidence.RunDir(cluster, "ghost", time.Now()), e.host)
+	ghost := fmt.Sprintf(`{"run":"ghost","dir":%q,"profile":"passing","released":[%q],"request":"sha256:%064x","verdict":"Pass"}`, evidence.RunDir(cluster, "ghost", time.Now()), e.host, 1)
 	require.NoError(t, os.WriteFile(record, withEntry(t, saved, ghost), 0o600))
 	r5 := e.build(e.config())
 	assert.Equal(t, reconciler.RecoveryCounts{Read: 3}, r5.Recovered(), "a record naming a run not on the branch was used")
@@ -116,6 +124,18 @@ func withEntry(t *testing.T, record []byte, entry string) []byte {
 	body += entry + "\n"
 	sum := sha256.Sum256([]byte(body))
 	return []byte(body + `{"sha256":"` + hex.EncodeToString(sum[:]) + `"}` + "\n")
+}
+
+// rehashed returns record with old replaced by new once, its trailer's
+// hash made to match.
+func rehashed(t *testing.T, record []byte, old, new string) []byte {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(string(record), "\n"), "\n")
+	body := strings.Join(lines[:len(lines)-1], "\n") + "\n"
+	changed := strings.Replace(body, old, new, 1)
+	require.NotEqual(t, body, changed, "%s is not in the record", old)
+	sum := sha256.Sum256([]byte(changed))
+	return []byte(changed + `{"sha256":"` + hex.EncodeToString(sum[:]) + `"}` + "\n")
 }
 
 // TestRecordOfAnotherHistoryNotUsed performs the rewrite a record must

@@ -295,19 +295,10 @@ func approvalCopies(dir, prefix string, relied []*signing.Approval, refs *[]evid
 // approvals.
 func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runState) error {
 	r := p.r
-	admitted := rs.adm.Request.Digest
-	edited := o.Digest != admitted
 	rs.mu.Lock()
 	phase, hasReceipt, verdict := rs.phase, rs.receipt != nil, rs.verdict
 	rs.mu.Unlock()
-	cond := progressing("Running", "run "+rs.id+" is "+string(phase), rs.id)
-	if rs.finished() || hasReceipt {
-		cond = finished(rs.id, verdict)
-	}
-	if edited {
-		cond = stalled("EditRefused", fmt.Sprintf("the request's execution fields changed after admission (admitted %s, now %s); the edit is refused and the original run goes on — use a new request name", admitted, o.Digest))
-		cond.run = rs.id
-	}
+	cond := requestCondition(o, rs.id, rs.adm.Request.Digest, rs.finished() || hasReceipt, phase, verdict)
 	if o.Request.Spec.Cancel && !hasReceipt && !rs.finished() {
 		done, err := r.cancelRun(ctx, p, o, rs)
 		if err != nil {
@@ -337,6 +328,21 @@ func (p *pass) admittedRequest(ctx context.Context, o *specs.Object, rs *runStat
 	}
 	p.set(o, cond)
 	return nil
+}
+
+// requestCondition is the condition of request o whose run was admitted
+// for the request digest admitted: the run's progress or, once done, its
+// verdict; EditRefused when o's execution fields changed since.
+func requestCondition(o *specs.Object, run string, admitted specs.Digest, done bool, phase evidence.Phase, verdict specs.Verdict) condition {
+	if o.Digest != admitted {
+		c := stalled("EditRefused", fmt.Sprintf("the request's execution fields changed after admission (admitted %s, now %s); the edit is refused and the original run goes on — use a new request name", admitted, o.Digest))
+		c.run = run
+		return c
+	}
+	if done {
+		return finished(run, verdict)
+	}
+	return progressing("Running", "run "+run+" is "+string(phase), run)
 }
 
 // cancelRun records an approved cancel and stops the run's running check.
@@ -389,6 +395,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, rs *runState, node
 			r.holds.release(rs.id, nodes)
 			rs.markReleased(nodes)
 			r.nodesFreed()
+			r.retire(rs)
 		}
 		return ok, err
 	}
@@ -411,6 +418,7 @@ func (r *Reconciler) releaseRun(ctx context.Context, p *pass, rs *runState, node
 	r.holds.release(rs.id, nodes)
 	rs.markReleased(nodes)
 	r.nodesFreed()
+	r.retire(rs)
 	r.log.Info("release recorded", "run", rs.id, "nodes", nodes, "keys", d.Keys)
 	return true, nil
 }

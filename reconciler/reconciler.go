@@ -42,19 +42,25 @@ type Reconciler struct {
 
 	mu sync.Mutex
 	// runs are the runs held in full: unfinished ones, finished ones that
-	// retain nodes without a durable release, and those admitted, finished
-	// or read (a request's run, a foreign run) since start-up.
+	// retain nodes without a durable release, and runs of other clusters
+	// read since start-up (a foreign run, a firing).
 	runs map[string]*runState
-	// finished are the other finished runs of this cluster found at
-	// start-up, kept only as what the certification sweep, the repair of
-	// reservations and the standing pool read (issue 19: memory bounded
-	// by the work in flight, not by the branch's history); loadRun reads
-	// one in full again when a request names it.
+	// finished are the other finished runs of this cluster, found at
+	// start-up or retired once finished (retire), kept only as what the
+	// certification sweep, the repair of reservations, the standing pool
+	// and a request's condition read (issue 19: memory bounded by the
+	// work in flight, not by the branch's history or the daemon's age);
+	// readRun reads one in full again when needed (Wait).
 	finished map[string]*finishedRun
 	// latest holds the node runs of the finished runs folded from
 	// finished (finishedRun.folded): the standing pool's history of them.
 	latest evidence.LatestRuns
-	// names interns node and profile names of finished runs.
+	// recent are the statuses of the last recentRuns runs retired
+	// (retire), oldest first: /status lists them beside the runs in
+	// full.
+	recent []RunStatus
+	// names interns node and profile names and verdicts of finished
+	// runs.
 	names map[string]string
 	// fired are the firings on the evidence branch not admitted yet, by
 	// run ID: their nodes are claimed.
@@ -77,6 +83,8 @@ type Reconciler struct {
 	// record; foldReads counts the runs it read to do so.
 	foldedSince atomic.Bool
 	foldReads   atomic.Int64
+	// runReads counts the runs read from the evidence branch (readRun).
+	runReads atomic.Int64
 	// trigger holds at most one pending pass asked for from outside
 	// (Trigger); wake one asked for by the reconciler itself (wake).
 	trigger chan struct{}
@@ -307,9 +315,9 @@ func (r *Reconciler) Wait(ctx context.Context, id string) (*RunStatus, error) {
 	rs, fr := r.runs[id], r.finished[id]
 	r.mu.Unlock()
 	if rs == nil && fr != nil {
-		// Finished before start-up: read again in full.
+		// Finished and kept compact: read again in full, not kept.
 		var err error
-		if rs, err = r.loadRun(ctx, id); err != nil {
+		if rs, err = r.readFinished(ctx, id); err != nil {
 			return nil, fmt.Errorf("run %s: %w", id, err)
 		}
 	}
@@ -343,8 +351,12 @@ func (r *Reconciler) startRun(rs *runState) {
 	}()
 }
 
+// recentRuns is how many retired runs /status lists (Reconciler.recent).
+const recentRuns = 64
+
 func (r *Reconciler) runFinished(rs *runState) {
 	close(rs.done)
+	r.retire(rs)
 	r.mu.Lock()
 	r.dirty = true // a node may have been released: requests waiting for it can go on
 	r.mu.Unlock()

@@ -253,13 +253,48 @@ func (r *Reconciler) loadRun(ctx context.Context, id string) (*runState, error) 
 	return rs, nil
 }
 
-// finishedRun is what start-up keeps of a finished run that retains no
-// node without a durable release: its directory, profile and released
-// nodes (receipt order, with those an approved release freed last), for
-// vouched, repairFleet and the standing pool's history (foldFinished).
+// readFinished reads a finished run kept compact again in full, with its
+// run evidence's check summaries, node summaries and end (what Wait and
+// /status show), for one caller: it is not kept.
+func (r *Reconciler) readFinished(ctx context.Context, id string) (*runState, error) {
+	rs, err := r.readRun(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rs.mu.Lock()
+	ref := rs.evidence
+	rs.mu.Unlock()
+	if ref == nil {
+		return nil, errors.New("finished without a receipt")
+	}
+	b, err := r.store.Read(ctx, ref.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	if got := specs.DigestOf(b); got != ref.Digest {
+		return nil, fmt.Errorf("%s: digest %s is not the receipt's %s", ref.Path, got, ref.Digest)
+	}
+	var ev evidence.RunEvidence
+	if err := r.readOwn(b, evidence.PredicateEvidence, &ev); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	rs.mu.Lock()
+	rs.summaries, rs.nodes, rs.endedAt = ev.Checks, ev.Nodes, ev.EndedAt
+	rs.mu.Unlock()
+	return rs, nil
+}
+
+// finishedRun is what the reconciler keeps of a finished run of its
+// cluster that retains no node without a durable release: its directory,
+// profile and released nodes (receipt order, with those an approved
+// release freed last), for vouched, repairFleet and the standing pool's
+// history (foldFinished); the admitted request's digest and the run's
+// verdict, for its request's condition (pass.request).
 type finishedRun struct {
 	dir, profile string
 	released     []string
+	request      specs.Digest
+	verdict      specs.Verdict
 	// folded: its node runs are in Reconciler.latest.
 	folded bool
 }
@@ -278,11 +313,57 @@ func (r *Reconciler) keepFinished(rs *runState) {
 		r.runs[rs.id] = rs
 		return
 	}
-	fr := &finishedRun{dir: rs.dir, profile: r.intern(rs.adm.Profile.Name), released: make([]string, len(rs.released))}
-	for i, n := range rs.released {
+	r.finished[rs.id] = r.compact(rs.dir, rs.adm.Profile.Name, rs.adm.Request.Digest, rs.verdict, rs.released)
+}
+
+// compact returns the finishedRun of a run, its names interned; r.mu is
+// held.
+func (r *Reconciler) compact(dir, profile string, request specs.Digest, verdict specs.Verdict, released []string) *finishedRun {
+	fr := &finishedRun{
+		dir: dir, profile: r.intern(profile), request: request,
+		verdict: specs.Verdict(r.intern(string(verdict))), released: make([]string, len(released)),
+	}
+	for i, n := range released {
 		fr.released[i] = r.intern(n)
 	}
+	return fr
+}
+
+// retire keeps rs, a run of this cluster this reconciler took to its
+// receipt (or whose retained nodes an approved release freed), as a
+// finishedRun once it retains no node, its status among the recent ones
+// /status lists, instead of in full: a daemon's memory is bounded by the
+// work in flight, not by how many runs it finished since it started
+// (issue 19). Whatever needs such a run in full reads it again from the
+// evidence branch (readRun).
+func (r *Reconciler) retire(rs *runState) {
+	st := runStatus(rs)
+	rs.mu.Lock()
+	done := rs.receipt != nil && rs.phase == evidence.PhaseDone && len(rs.retained) == 0 && rs.adm.Cluster == r.cfg.Cluster
+	dir, verdict, released, nrs := rs.dir, rs.verdict, slices.Clone(rs.released), rs.nodeRunsCache
+	rs.mu.Unlock()
+	if !done {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runs[rs.id] != rs {
+		return
+	}
+	fr := r.compact(dir, rs.adm.Profile.Name, rs.adm.Request.Digest, verdict, released)
+	if nrs != nil {
+		for _, nr := range nrs {
+			r.latest.Add(nr)
+		}
+		fr.folded = true
+		r.foldedSince.Store(true)
+	}
 	r.finished[rs.id] = fr
+	delete(r.runs, rs.id)
+	r.recent = append(r.recent, st)
+	if over := len(r.recent) - recentRuns; over > 0 {
+		r.recent = slices.Delete(r.recent, 0, over)
+	}
 }
 
 // intern returns the one copy of s the reconciler keeps; r.mu is held.
@@ -298,6 +379,7 @@ func (r *Reconciler) intern(s string) string {
 // admission and receipt. A finished run (receipt present) is returned
 // closed, with the nodes it still retains held.
 func (r *Reconciler) readRun(ctx context.Context, id string) (*runState, error) {
+	r.runReads.Add(1)
 	idx, err := r.store.Read(ctx, evidence.IndexPath(r.cfg.Cluster, id))
 	if err != nil {
 		return nil, err

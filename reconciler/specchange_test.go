@@ -277,38 +277,39 @@ func TestRemovedKeyStopsCountingWithoutCommit(t *testing.T) {
 	assert.Equal(t, "", e.evidence().RunDir(cluster, "waiting"))
 }
 
-// TestFinishedRunDropsCheckDocuments: a run this reconciler drove stays
-// in memory until it stops, so once the run evidence summarizing its
-// checks is durable it drops the check documents (their log tails are the
-// bulk of a run) and keeps what /status and Wait show: the verdict and
-// each check's summary.
+// TestFinishedRunDropsCheckDocuments: a finished run this reconciler
+// drove that retains its node stays in memory in full until an approved
+// release, so once the run evidence summarizing its checks is durable it
+// drops the check documents (their log tails are the bulk of a run) and
+// keeps what /status and Wait show: the verdict and each check's summary.
+// (A run that retains nothing is retired: TestFinishedRunsRetired.)
 func TestFinishedRunDropsCheckDocuments(t *testing.T) {
 	e := newEnv(t)
 	e.repo.AddProfile("chatty", "",
 		testenv.Check{Name: "one", Script: "head -c 3000 /dev/zero | tr '\\0' x; result Pass; exit 0"},
-		testenv.Check{Name: "two", Script: "head -c 3000 /dev/zero | tr '\\0' y >&2; result Pass; exit 0"})
+		testenv.Check{Name: "two", Script: "head -c 3000 /dev/zero | tr '\\0' y >&2; result Fail; exit 1"})
 	e.repo.AddRequest("talk", "chatty")
 	e.repo.Commit("first")
 	e.repo.Approve(e.keys.ApproverFile, "", profileRef+"chatty", requestRef+"talk")
 	r := e.build(e.config())
 	st := e.reconcileAndWait(r)["talk"]
-	require.Equal(t, specs.VerdictPass, st.Verdict)
+	require.Equal(t, specs.VerdictFail, st.Verdict)
+	require.Equal(t, []string{e.host}, st.Retained)
 	assert.Zero(t, r.CheckDocsHeld("talk"), "a finished run still holds its check documents")
 	got, err := r.Wait(t.Context(), "talk")
 	require.NoError(t, err)
-	assert.Equal(t, specs.VerdictPass, got.Verdict)
+	assert.Equal(t, specs.VerdictFail, got.Verdict)
 	require.Len(t, got.Checks, 2, "the finished run lost its check summaries")
-	for _, c := range got.Checks {
-		assert.Equal(t, specs.VerdictPass, c.Verdict)
-	}
+	assert.Equal(t, specs.VerdictPass, got.Checks[0].Verdict)
+	assert.Equal(t, specs.VerdictFail, got.Checks[1].Verdict)
 }
 
 // TestRestartKeepsFinishedRunsCompact: a restarted reconciler keeps a
 // finished run that retains nothing only in compact form, and still
 // answers for it what the evidence branch says — the certification sweep
 // (a label of the run's profile on a node it released holds, on another
-// node or profile it does not) and, when a request names it, the run in
-// full. A run that retains its node stays in full, its node held. Both
+// node or profile it does not) and, when Wait asks for it, the run in
+// full with its checks (read for that call, not kept). A run that retains its node stays in full, its node held. Both
 // ways a restart finds finished runs: read from the branch (a new pod,
 // no record of finished runs) and from the record.
 func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
@@ -350,8 +351,10 @@ func TestRestartKeepsFinishedRunsCompact(t *testing.T) {
 			require.NoError(t, err, "a compact run is read again in full when asked for")
 			assert.Equal(t, specs.VerdictPass, st.Verdict)
 			assert.Equal(t, []string{e.host}, st.Released)
+			require.Len(t, st.Checks, 1, "a compact run read again lost its check summaries")
+			assert.Equal(t, specs.VerdictPass, st.Checks[0].Verdict)
 			full, _ = r.InFull("a-pass")
-			assert.True(t, full)
+			assert.False(t, full, "a compact run read for Wait is kept in full")
 		})
 	}
 }

@@ -236,6 +236,11 @@ func (r *Reconciler) Status() Status {
 	for _, rs := range r.runs {
 		runs = append(runs, rs)
 	}
+	for _, rst := range r.recent {
+		if _, full := r.runs[rst.ID]; !full {
+			st.Runs = append(st.Runs, rst)
+		}
+	}
 	// LastPass is replaced under r.mu when a pass ends: copy it here.
 	st.LastPass = nil
 	if r.status.LastPass != nil {

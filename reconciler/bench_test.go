@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -148,6 +149,7 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		last[ev.Run] = now
 	}
 	r := buildBenchWith(b, e, cfg, reconciler.Options{Observer: observe})
+	heapBefore := liveHeap()
 
 	b.ResetTimer()
 	for i := range b.N {
@@ -160,6 +162,10 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 		require.Equal(b, specs.VerdictPass, st.Verdict)
 	}
 	b.StopTimer()
+	// What the reconciler keeps of each finished run: compact, not the
+	// run in full (issue 19).
+	heapPerRun := (float64(liveHeap()) - float64(heapBefore)) / 1024 / float64(b.N)
+	runtime.KeepAlive(r)
 	mu.Lock()
 	var sum time.Duration
 	for _, d := range intervals {
@@ -204,6 +210,15 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 	b.ReportMetric(localRun, "localrun-ms")
 	b.ReportMetric(perCheck/fork, "x-forkexec")
 	b.ReportMetric((perCheck-localRun)/perCheck*100, "%-evidence")
+	b.ReportMetric(heapPerRun, "heap-KiB/run")
+}
+
+// liveHeap is the live heap after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // noopEnv serves a spec repository (one approved, finished request) from

@@ -227,12 +227,16 @@ func TestReleaseLiftsRetainedReservation(t *testing.T) {
 	released(r)
 	stopR()
 	// A restarted reconciler keeps a finished run that retains nothing
-	// only in compact form (issue 19); its first pass reads the run of
-	// the request in the spec again in full.
+	// only in compact form (issue 19): not listed, its node not held,
+	// and read again in full (Wait) it says released.
 	r = e.build(e.config())
 	_, err = r.ReconcileOnce(t.Context())
 	require.NoError(t, err)
-	released(r)
+	assert.NotContains(t, r.Status().Holds, e.host)
+	again, err := r.Wait(t.Context(), "b-first")
+	require.NoError(t, err)
+	assert.Empty(t, again.Retained)
+	assert.Equal(t, []string{e.host}, again.Released)
 	e.audit()
 }
 

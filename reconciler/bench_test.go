@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -165,6 +166,14 @@ func BenchmarkLocalCheckOverhead(b *testing.B) {
 	// What the reconciler keeps of each finished run: compact, not the
 	// run in full (issue 19).
 	heapPerRun := (float64(liveHeap()) - float64(heapBefore)) / 1024 / float64(b.N)
+	if p := os.Getenv("SIGNET_BENCH_HEAP_PROFILE"); p != "" {
+		// What is live with the reconciler still open (go test's
+		// -memprofile is written after it closed).
+		f, err := os.Create(p)
+		require.NoError(b, err)
+		require.NoError(b, pprof.WriteHeapProfile(f))
+		require.NoError(b, f.Close())
+	}
 	runtime.KeepAlive(r)
 	mu.Lock()
 	var sum time.Duration

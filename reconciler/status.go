@@ -276,6 +276,26 @@ func (r *Reconciler) Status() Status {
 	return st
 }
 
+// Finished returns the status of run id when it finished: in full when
+// the reconciler holds it so, else what it keeps of it compact (phase,
+// verdict, directory, released nodes; no checks: Wait reads those).
+func (r *Reconciler) Finished(id string) (RunStatus, bool) {
+	r.mu.Lock()
+	rs, fr := r.runs[id], r.finished[id]
+	r.mu.Unlock()
+	switch {
+	case rs != nil:
+		st := runStatus(rs)
+		return st, st.Phase == evidence.PhaseDone
+	case fr != nil:
+		return RunStatus{
+			ID: id, Phase: evidence.PhaseDone, Verdict: fr.verdict, Dir: fr.dir, Released: fr.released,
+			Conditions: RunConditions(id, evidence.PhaseDone, fr.verdict, r.now()),
+		}, true
+	}
+	return RunStatus{}, false
+}
+
 // What a request that is not admitted waits for (WaitingRequest.For).
 const (
 	WaitingForApproval = "approval"

@@ -190,16 +190,25 @@ func TestFinding5GroupReadableKeyRefused(t *testing.T) {
 
 // TestRunTwiceSaysItAlreadyRan: a request runs once; running it again
 // says so, with the verdict and the evidence directory of its run, and
-// exits with that verdict's status.
+// exits with that verdict's status: a failed run (which retains its node,
+// so is held in full) and a passed one (kept compact, issue 19).
 func TestRunTwiceSaysItAlreadyRan(t *testing.T) {
 	keys := testenv.NewKeys(t)
 	repo := testenv.NewRepo(t)
 	repo.AddProfile("once", "", testenv.Check{Name: "once", Script: "result Fail; exit 1"})
 	repo.AddRequest("once", "once")
+	repo.AddProfile("passes", "", testenv.Check{Name: "passes", Script: "result Pass; exit 0"})
+	repo.AddRequest("passes", "passes")
 	repo.Commit("once")
-	repo.Approve(keys.ApproverFile, "", "CertificationProfile/once", "CertificationRequest/once")
+	repo.Approve(keys.ApproverFile, "", "CertificationProfile/once", "CertificationRequest/once", "CertificationProfile/passes", "CertificationRequest/passes")
 	state := filepath.Join(t.TempDir(), "state")
-	code, stdout, stderr := signetRun(t, repo, keys, "once", "once", state)
+	code, stdout, stderr := signetRun(t, repo, keys, "passes", "passes", state)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	code, stdout, stderr = signetRun(t, repo, keys, "passes", "passes", state)
+	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stderr, "request passes already ran: run passes ended Pass; evidence: runs/passes/")
+
+	code, stdout, stderr = signetRun(t, repo, keys, "once", "once", state)
 	require.Equal(t, exitRunFail, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.NotContains(t, stderr, "already ran")
 

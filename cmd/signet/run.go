@@ -154,7 +154,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	}
 	// A request runs once: say so when it already has, and print (and exit
 	// with) the verdict it had.
-	if done := finishedRun(r.Status(), o.Request); done != nil {
+	if done, ok := r.Finished(o.Request); ok {
 		fmt.Fprintf(cmd.ErrOrStderr(), "request %s already ran: run %s ended %s; evidence: %s (a request runs once: add a new request to run again)\n",
 			o.Request, done.ID, done.Verdict, done.Dir)
 	}
@@ -205,17 +205,6 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		printOutcomes(cmd.OutOrStdout(), outs)
 	}
 	return exitCode(runExitCode(rs.Verdict), nil)
-}
-
-// finishedRun returns request's run (its ID is the request's name) when
-// recovery found it with a verdict, or nil.
-func finishedRun(st reconciler.Status, request string) *reconciler.RunStatus {
-	for i := range st.Runs {
-		if st.Runs[i].ID == request && st.Runs[i].Verdict != "" {
-			return &st.Runs[i]
-		}
-	}
-	return nil
 }
 
 // notRunExitCode is the status of a request the reconciler did not admit,

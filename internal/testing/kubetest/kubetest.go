@@ -65,6 +65,14 @@ import (
 	"signet.dev/signet/internal/procutil"
 )
 
+// settleWait bounds the harness's waits for what it set up to take effect
+// (a CRD served, a ClusterQueue Active, a webhook loaded): generous, since
+// they are not what a test measures, and CI runs two Kubernetes tests at
+// once on two cores. (A Kueue test once failed in CI 41 s in, in its
+// set-up, before any assertion; these waits were 30 s then, the likeliest
+// cause the log left.)
+const settleWait = 2 * time.Minute
+
 // AdminUser is the harness's own identity, a member of system:masters.
 const AdminUser = "admin"
 

@@ -214,7 +214,7 @@ func (e *Env) StartKueue(t testing.TB, o KueueOptions) *Kueue {
 func (e *Env) InstallKueueCRDs(ctx context.Context) {
 	e.t.Helper()
 	e.applyKueueCRDs(ctx, e.t, kueueModuleDir(e.t))
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settleWait)
 	for {
 		_, err := e.Dynamic().Resource(KueueLocalQueueGVR).Namespace("default").List(ctx, metav1.ListOptions{})
 		if err == nil {
@@ -665,7 +665,7 @@ func (k *Kueue) create(ctx context.Context, gvr schema.GroupVersionResource, ns 
 
 func (k *Kueue) waitActive(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) {
 	k.e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settleWait)
 	for {
 		var got *unstructured.Unstructured
 		var err error
@@ -678,7 +678,7 @@ func (k *Kueue) waitActive(ctx context.Context, gvr schema.GroupVersionResource,
 			return
 		}
 		if time.Now().After(deadline) {
-			k.e.t.Fatalf("kubetest: %s %s not Active after 30s: %v %v", gvr.Resource, name, err, conditionsOf(got))
+			k.e.t.Fatalf("kubetest: %s %s not Active after %v: %v %v", gvr.Resource, name, settleWait, err, conditionsOf(got))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -73,7 +73,7 @@ func (e *Env) PatchPodsAtAdmission(t testing.TB, name, ns string, sel map[string
 		}
 	})
 	// The webhook takes effect once the API server has loaded it.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settleWait)
 	for {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kubetest-webhook-probe", Labels: sel},
 			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: "kubetest.invalid/probe"}},
@@ -83,7 +83,7 @@ func (e *Env) PatchPodsAtAdmission(t testing.TB, name, ns string, sel map[string
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kubetest: webhook %s not in effect after 30s (last dry run: %v)", name, err)
+			t.Fatalf("kubetest: webhook %s not in effect after %v (last dry run: %v)", name, settleWait, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -102,6 +102,7 @@ func (p *pass) request(ctx context.Context, o *specs.Object) (bool, error) {
 				return false, fmt.Errorf("run %s: %w", run, err)
 			}
 			rs = loaded
+			r.retire(rs) // finished and retaining nothing: kept compact from here on
 		}
 	}
 	if rs != nil {

@@ -343,6 +343,23 @@ func (h hidingFS) Stat(name string) (fs.FileInfo, error) {
 	return fs.Stat(h.fsys, name)
 }
 
+// Lstat makes hidingFS an fs.ReadLinkFS: it answers as lstat on the
+// file system it hides files of, so that a Git tree answers for one
+// entry without a listing of its directory.
+func (h hidingFS) Lstat(name string) (fs.FileInfo, error) {
+	if h.isHidden(name) {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	}
+	return lstat(h.fsys, name)
+}
+
+func (h hidingFS) ReadLink(name string) (string, error) {
+	if h.isHidden(name) {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.ReadLink(h.fsys, name)
+}
+
 type hidingDir struct {
 	fs.ReadDirFile
 	fs  hidingFS

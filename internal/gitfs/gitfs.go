@@ -34,6 +34,7 @@ var (
 	_ fs.ReadDirFS  = (*FS)(nil)
 	_ fs.ReadFileFS = (*FS)(nil)
 	_ fs.StatFS     = (*FS)(nil)
+	_ fs.ReadLinkFS = (*FS)(nil)
 )
 
 // FromCommit returns the tree of commit c as a file system.
@@ -145,22 +146,54 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 }
 
 // Stat describes name without opening it (symlinks are not followed).
-func (f *FS) Stat(name string) (fs.FileInfo, error) {
+func (f *FS) Stat(name string) (fs.FileInfo, error) { return f.stat("stat", name) }
+
+// Lstat is Stat: a tree never follows a symlink. With ReadLink it makes
+// FS an fs.ReadLinkFS, so that fs.Lstat reads one entry instead of
+// listing the parent directory (a listing per file made reading a
+// directory of N spec files cost N² blob reads).
+func (f *FS) Lstat(name string) (fs.FileInfo, error) { return f.stat("lstat", name) }
+
+func (f *FS) stat(op, name string) (fs.FileInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e, t, err := f.entry("stat", name)
+	e, _, err := f.entry(op, name)
 	if err != nil {
 		return nil, err
 	}
 	if e == nil {
 		return info{name: ".", mode: fs.ModeDir | 0o555, mtime: f.mtime}, nil
 	}
-	return f.entryInfo(e, t), nil
+	return f.entryInfo(e), nil
 }
 
-func (f *FS) entryInfo(e *object.TreeEntry, t *object.Tree) info {
+// ReadLink returns the target a symlink entry names (its blob).
+func (f *FS) ReadLink(name string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, _, err := f.entry("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	if e == nil || e.Mode != filemode.Symlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fmt.Errorf("%w: not a symlink", fs.ErrInvalid)}
+	}
+	file, err := f.root.TreeEntryFile(e)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	b, err := readBlob(file)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	return string(b), nil
+}
+
+// entryInfo describes e; a regular file's size is its blob's. The caller
+// holds f.mu.
+func (f *FS) entryInfo(e *object.TreeEntry) info {
 	in := info{name: e.Name, mode: modeOf(e.Mode), mtime: f.mtime}
-	if t == nil && (e.Mode == filemode.Regular || e.Mode == filemode.Executable) {
+	if e.Mode == filemode.Regular || e.Mode == filemode.Executable {
 		if obj, err := f.root.TreeEntryFile(e); err == nil {
 			in.size = obj.Size
 		}
@@ -168,19 +201,31 @@ func (f *FS) entryInfo(e *object.TreeEntry, t *object.Tree) info {
 	return in
 }
 
+// dirEntries lists t; an entry reads its blob (for its size) only when
+// its Info is asked for. The caller holds f.mu.
 func (f *FS) dirEntries(t *object.Tree) []fs.DirEntry {
 	out := make([]fs.DirEntry, 0, len(t.Entries))
 	for i := range t.Entries {
-		e := &t.Entries[i]
-		in := info{name: e.Name, mode: modeOf(e.Mode), mtime: f.mtime}
-		if e.Mode == filemode.Regular || e.Mode == filemode.Executable {
-			if obj, err := t.TreeEntryFile(e); err == nil {
-				in.size = obj.Size
-			}
-		}
-		out = append(out, fs.FileInfoToDirEntry(in))
+		out = append(out, dirEntry{fs: f, e: t.Entries[i]})
 	}
 	return out
+}
+
+// dirEntry is a listed tree entry.
+type dirEntry struct {
+	fs *FS
+	e  object.TreeEntry
+}
+
+func (d dirEntry) Name() string      { return d.e.Name }
+func (d dirEntry) IsDir() bool       { return d.e.Mode == filemode.Dir }
+func (d dirEntry) Type() fs.FileMode { return modeOf(d.e.Mode).Type() }
+func (d dirEntry) String() string    { return fs.FormatDirEntry(d) }
+
+func (d dirEntry) Info() (fs.FileInfo, error) {
+	d.fs.mu.Lock()
+	defer d.fs.mu.Unlock()
+	return d.fs.entryInfo(&d.e), nil
 }
 
 func modeOf(m filemode.FileMode) fs.FileMode {

@@ -27,6 +27,55 @@ type FS struct {
 	mu    sync.Mutex
 	root  *object.Tree
 	mtime time.Time
+	// dirs are the directories decoded so far, by path ("." the root),
+	// each with its entries indexed by name: a lookup decodes no tree
+	// twice (a directory of N files looked up once a file would decode
+	// its tree N times).
+	dirs map[string]*dirIndex
+}
+
+// dirIndex is a decoded directory and its entries by name.
+type dirIndex struct {
+	tree   *object.Tree
+	byName map[string]int
+}
+
+func newDirIndex(t *object.Tree) *dirIndex {
+	d := &dirIndex{tree: t, byName: make(map[string]int, len(t.Entries))}
+	for i := range t.Entries {
+		d.byName[t.Entries[i].Name] = i
+	}
+	return d
+}
+
+// dir returns the directory at p ("." the root), decoding it once. The
+// caller holds f.mu.
+func (f *FS) dir(p string) (*dirIndex, error) {
+	if d, ok := f.dirs[p]; ok {
+		return d, nil
+	}
+	if f.dirs == nil {
+		f.dirs = map[string]*dirIndex{}
+	}
+	var t *object.Tree
+	if p == "." {
+		t = f.root
+	} else {
+		parent, err := f.dir(path.Dir(p))
+		if err != nil {
+			return nil, err
+		}
+		i, ok := parent.byName[path.Base(p)]
+		if !ok || parent.tree.Entries[i].Mode != filemode.Dir {
+			return nil, fs.ErrNotExist
+		}
+		if t, err = parent.tree.Tree(path.Base(p)); err != nil {
+			return nil, err
+		}
+	}
+	d := newDirIndex(t)
+	f.dirs[p] = d
+	return d, nil
 }
 
 var (
@@ -58,29 +107,23 @@ func (f *FS) entry(op, name string) (*object.TreeEntry, *object.Tree, error) {
 	if name == "." {
 		return nil, f.root, nil
 	}
-	dir, base := path.Split(name)
-	t := f.root
-	if dir != "" {
-		sub, err := f.root.Tree(path.Clean(dir))
+	d, err := f.dir(path.Dir(name))
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	i, ok := d.byName[path.Base(name)]
+	if !ok {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	e := &d.tree.Entries[i]
+	if e.Mode == filemode.Dir {
+		sub, err := f.dir(name)
 		if err != nil {
-			return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+			return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
 		}
-		t = sub
+		return e, sub.tree, nil
 	}
-	for i := range t.Entries {
-		if t.Entries[i].Name == base {
-			e := &t.Entries[i]
-			if e.Mode == filemode.Dir {
-				sub, err := t.Tree(base)
-				if err != nil {
-					return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
-				}
-				return e, sub, nil
-			}
-			return e, nil, nil
-		}
-	}
-	return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	return e, nil, nil
 }
 
 // Open opens a regular file or a directory. Symlinks and submodules are

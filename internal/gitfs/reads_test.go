@@ -20,16 +20,19 @@ import (
 	"signet.dev/signet/specs"
 )
 
-// countingStorer counts the blobs read through it.
+// countingStorer counts the blobs and trees read through it.
 type countingStorer struct {
 	storer.EncodedObjectStorer
-	blobs atomic.Int64
+	blobs, trees atomic.Int64
 }
 
 func (c *countingStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	o, err := c.EncodedObjectStorer.EncodedObject(t, h)
 	if err == nil && o.Type() == plumbing.BlobObject {
 		c.blobs.Add(1)
+	}
+	if err == nil && o.Type() == plumbing.TreeObject {
+		c.trees.Add(1)
 	}
 	return o, err
 }
@@ -43,7 +46,7 @@ func (c *countingStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (
 // profile). A listing now reads no blob, and Lstat one entry.
 func TestRenderReadsEachSpecFileOnce(t *testing.T) {
 	const n = 60
-	f, count := countedTree(t, func(dir string) {
+	f, count, commit := countedTree(t, func(dir string) {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, "specs"), 0o755))
 		for i := range n {
 			doc := fmt.Sprintf("apiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: r%03d\nspec:\n  profile: p\n  nodes: [n%d]\n", i, i)
@@ -68,13 +71,17 @@ func TestRenderReadsEachSpecFileOnce(t *testing.T) {
 
 	// Rendering (which hides oversized files behind its own fs.FS) lists
 	// each directory a few times, not once a file.
+	fresh, err := gitfs.FromCommit(commit) // no directory decoded yet
+	require.NoError(t, err)
 	count.blobs.Store(0)
-	cf := &listingCounter{FS: f}
+	count.trees.Store(0)
+	cf := &listingCounter{FS: fresh}
 	_, err = specs.Render(cf, "specs")
 	require.NoError(t, err)
-	t.Logf("render of %d files: %d listings, %d blob reads", n, cf.lists.Load(), count.blobs.Load())
+	t.Logf("render of %d files: %d listings, %d blob reads, %d tree reads", n, cf.lists.Load(), count.blobs.Load(), count.trees.Load())
 	assert.LessOrEqual(t, cf.lists.Load(), int64(8), "rendering %d spec files listed their directory %d times", n, cf.lists.Load())
 	assert.LessOrEqual(t, count.blobs.Load(), int64(4*n), "rendering %d spec files read %d blobs: more than a few each", n, count.blobs.Load())
+	assert.LessOrEqual(t, count.trees.Load(), int64(1), "rendering decoded the spec directory's tree %d times, not once", count.trees.Load())
 }
 
 // listingCounter counts the directory listings of FS; it forwards what
@@ -111,7 +118,7 @@ func (d countedDir) ReadDir(n int) ([]fs.DirEntry, error) {
 // entry as a symlink, ReadLink returns its target, and a regular file is
 // not a link.
 func TestLstatAndReadLink(t *testing.T) {
-	f, _ := countedTree(t, func(dir string) {
+	f, _, _ := countedTree(t, func(dir string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "real"), []byte("xyz"), 0o644))
 		require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
 	})
@@ -132,7 +139,7 @@ func TestLstatAndReadLink(t *testing.T) {
 }
 
 // countedTree is commitTree's tree read through a countingStorer.
-func countedTree(t *testing.T, setup func(dir string)) (*gitfs.FS, *countingStorer) {
+func countedTree(t *testing.T, setup func(dir string)) (*gitfs.FS, *countingStorer, *object.Commit) {
 	t.Helper()
 	dir := t.TempDir()
 	commitTree(t, func(d string) { setup(d); dir = d })
@@ -145,7 +152,7 @@ func countedTree(t *testing.T, setup func(dir string)) (*gitfs.FS, *countingStor
 	require.NoError(t, err)
 	f, err := gitfs.FromCommit(c)
 	require.NoError(t, err)
-	return f, cs
+	return f, cs, c
 }
 
 // BenchmarkRenderSpecTree renders a spec directory of N request files from

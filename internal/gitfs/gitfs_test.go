@@ -16,22 +16,25 @@ import (
 	"signet.dev/signet/internal/gitfs"
 )
 
+// gitIn runs the stock git CLI in dir.
+func gitIn(tb testing.TB, dir string, args ...string) {
+	tb.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	out, err := cmd.CombinedOutput()
+	require.NoError(tb, err, string(out))
+}
+
 // commitTree makes a real repository with the stock git CLI and returns
 // the HEAD commit's tree as an FS.
 func commitTree(t *testing.T, setup func(dir string)) *gitfs.FS {
 	t.Helper()
 	dir := t.TempDir()
-	run := func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	run("init", "-q", "-b", "main")
+	gitIn(t, dir, "init", "-q", "-b", "main")
 	setup(dir)
-	run("add", "-A")
-	run("commit", "-q", "-m", "x")
+	gitIn(t, dir, "add", "-A")
+	gitIn(t, dir, "commit", "-q", "-m", "x")
 	repo, err := git.PlainOpen(dir)
 	require.NoError(t, err)
 	head, err := repo.Head()

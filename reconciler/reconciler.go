@@ -42,8 +42,8 @@ type Reconciler struct {
 
 	mu sync.Mutex
 	// runs are the runs held in full: unfinished ones, finished ones that
-	// retain nodes without a durable release, and runs of other clusters
-	// read since start-up (a foreign run, a firing).
+	// retain nodes without a durable release, and runs another writer may
+	// drive, read since start-up (a foreign run, a firing).
 	runs map[string]*runState
 	// finished are the other finished runs of this cluster, found at
 	// start-up or retired once finished (retire), kept only as what the

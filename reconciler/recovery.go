@@ -267,16 +267,9 @@ func (r *Reconciler) readFinished(ctx context.Context, id string) (*runState, er
 	if ref == nil {
 		return nil, errors.New("finished without a receipt")
 	}
-	b, err := r.store.Read(ctx, ref.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ref.Path, err)
-	}
-	if got := specs.DigestOf(b); got != ref.Digest {
-		return nil, fmt.Errorf("%s: digest %s is not the receipt's %s", ref.Path, got, ref.Digest)
-	}
 	var ev evidence.RunEvidence
-	if err := r.readOwn(b, evidence.PredicateEvidence, &ev); err != nil {
-		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	if err := r.readRef(ctx, *ref, evidence.PredicateEvidence, &ev); err != nil {
+		return nil, err
 	}
 	rs.mu.Lock()
 	rs.summaries, rs.nodes, rs.endedAt = ev.Checks, ev.Nodes, ev.EndedAt

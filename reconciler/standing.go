@@ -439,11 +439,11 @@ func (r *Reconciler) nodeRuns(ctx context.Context, rs *runState) ([]evidence.Nod
 		return nil, errors.New("finished without run evidence or receipt")
 	}
 	var ev evidence.RunEvidence
-	if err := r.readDoc(ctx, evRef.Path, evidence.PredicateEvidence, &ev); err != nil {
+	if err := r.readRef(ctx, *evRef, evidence.PredicateEvidence, &ev); err != nil {
 		return nil, err
 	}
 	var rc evidence.Receipt
-	if err := r.readDoc(ctx, rcRef.Path, evidence.PredicateReceipt, &rc); err != nil {
+	if err := r.readRef(ctx, *rcRef, evidence.PredicateReceipt, &rc); err != nil {
 		return nil, err
 	}
 	snaps := map[string]evidence.NodeSnapshot{}
@@ -471,14 +471,18 @@ func (r *Reconciler) nodeRuns(ctx context.Context, rs *runState) ([]evidence.Nod
 	return nrs, nil
 }
 
-// readDoc reads and verifies this reconciler's document at p.
-func (r *Reconciler) readDoc(ctx context.Context, p, predicateType string, v any) error {
-	b, err := r.store.Read(ctx, p)
+// readRef reads and verifies this reconciler's document that ref names,
+// whose bytes must have ref's digest.
+func (r *Reconciler) readRef(ctx context.Context, ref evidence.FileRef, predicateType string, v any) error {
+	b, err := r.store.Read(ctx, ref.Path)
 	if err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+		return fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	if got := specs.DigestOf(b); got != ref.Digest {
+		return fmt.Errorf("%s: digest %s is not the recorded %s", ref.Path, got, ref.Digest)
 	}
 	if err := r.readOwn(b, predicateType, v); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+		return fmt.Errorf("%s: %w", ref.Path, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,20 +27,31 @@ func gitIn(tb testing.TB, dir string, args ...string) {
 	require.NoError(tb, err, string(out))
 }
 
-// commitTree makes a real repository with the stock git CLI and returns
-// the HEAD commit's tree as an FS.
+// commitRepo makes a real repository with the stock git CLI (setup
+// writes its files; gc packs them when asked) and returns it opened with
+// go-git, and its HEAD commit's hash.
+func commitRepo(tb testing.TB, setup func(dir string), gc bool) (*git.Repository, plumbing.Hash) {
+	tb.Helper()
+	dir := tb.TempDir()
+	gitIn(tb, dir, "init", "-q", "-b", "main")
+	setup(dir)
+	gitIn(tb, dir, "add", "-A")
+	gitIn(tb, dir, "commit", "-q", "-m", "x")
+	if gc {
+		gitIn(tb, dir, "gc", "-q")
+	}
+	repo, err := git.PlainOpen(dir)
+	require.NoError(tb, err)
+	head, err := repo.Head()
+	require.NoError(tb, err)
+	return repo, head.Hash()
+}
+
+// commitTree returns the HEAD commit's tree of commitRepo as an FS.
 func commitTree(t *testing.T, setup func(dir string)) *gitfs.FS {
 	t.Helper()
-	dir := t.TempDir()
-	gitIn(t, dir, "init", "-q", "-b", "main")
-	setup(dir)
-	gitIn(t, dir, "add", "-A")
-	gitIn(t, dir, "commit", "-q", "-m", "x")
-	repo, err := git.PlainOpen(dir)
-	require.NoError(t, err)
-	head, err := repo.Head()
-	require.NoError(t, err)
-	c, err := repo.CommitObject(head.Hash())
+	repo, head := commitRepo(t, setup, false)
+	c, err := repo.CommitObject(head)
 	require.NoError(t, err)
 	f, err := gitfs.FromCommit(c)
 	require.NoError(t, err)

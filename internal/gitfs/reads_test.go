@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -140,14 +139,9 @@ func TestLstatAndReadLink(t *testing.T) {
 // countedTree is commitTree's tree read through a countingStorer.
 func countedTree(t *testing.T, setup func(dir string)) (*gitfs.FS, *countingStorer, *object.Commit) {
 	t.Helper()
-	dir := t.TempDir()
-	commitTree(t, func(d string) { setup(d); dir = d })
-	repo, err := git.PlainOpen(dir)
-	require.NoError(t, err)
-	head, err := repo.Head()
-	require.NoError(t, err)
+	repo, head := commitRepo(t, setup, false)
 	cs := &countingStorer{EncodedObjectStorer: repo.Storer}
-	c, err := object.GetCommit(cs, head.Hash())
+	c, err := object.GetCommit(cs, head)
 	require.NoError(t, err)
 	f, err := gitfs.FromCommit(c)
 	require.NoError(t, err)
@@ -161,21 +155,14 @@ func countedTree(t *testing.T, setup func(dir string)) (*gitfs.FS, *countingStor
 func BenchmarkRenderSpecTree(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			require.NoError(b, os.MkdirAll(filepath.Join(dir, "specs"), 0o755))
-			for i := range n {
-				doc := fmt.Sprintf("apiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: r%05d\nspec:\n  profile: p\n  nodes: [n%d]\n", i, i)
-				require.NoError(b, os.WriteFile(filepath.Join(dir, "specs", fmt.Sprintf("r%05d.yaml", i)), []byte(doc), 0o644))
-			}
-			gitIn(b, dir, "init", "-q", "-b", "main")
-			gitIn(b, dir, "add", "-A")
-			gitIn(b, dir, "commit", "-q", "-m", "x")
-			gitIn(b, dir, "gc", "-q")
-			repo, err := git.PlainOpen(dir)
-			require.NoError(b, err)
-			head, err := repo.Head()
-			require.NoError(b, err)
-			c, err := repo.CommitObject(head.Hash())
+			repo, head := commitRepo(b, func(dir string) {
+				require.NoError(b, os.MkdirAll(filepath.Join(dir, "specs"), 0o755))
+				for i := range n {
+					doc := fmt.Sprintf("apiVersion: signet.dev/v1alpha1\nkind: CertificationRequest\nmetadata:\n  name: r%05d\nspec:\n  profile: p\n  nodes: [n%d]\n", i, i)
+					require.NoError(b, os.WriteFile(filepath.Join(dir, "specs", fmt.Sprintf("r%05d.yaml", i)), []byte(doc), 0o644))
+				}
+			}, true)
+			c, err := repo.CommitObject(head)
 			require.NoError(b, err)
 			b.ResetTimer()
 			for range b.N {

@@ -59,11 +59,7 @@ func (r *Reconciler) Recover(ctx context.Context) error {
 			r.log.Info("recovering runs", "read", read, "of", toRead)
 			logged = time.Now()
 		}
-		if read++; read%recoverDropEvery == 0 {
-			// The mapped pack pages read so far leave the resident
-			// set: recovery reads every run once.
-			r.store.DropResident()
-		}
+		read++
 		rs, err := r.readRun(ctx, id)
 		var fo *firedOnlyError
 		if errors.As(err, &fo) {
@@ -161,10 +157,6 @@ func notIndexed(recorded map[string]*finishedRun, ids []string) string {
 var recoverProgressEvery atomic.Int64
 
 func init() { recoverProgressEvery.Store(int64(10 * time.Second)) }
-
-// recoverDropEvery is how many runs recovery reads between two drops of
-// the evidence mirror's resident pack pages.
-const recoverDropEvery = 256
 
 // repairReservations lifts the cluster reservations that no unfinished or
 // retaining run accounts for (DESIGN §5: abandoned groups release or

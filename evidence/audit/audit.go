@@ -400,9 +400,6 @@ func (a *auditor) checkClosed() error {
 		return err
 	}
 	a.commitVerdicts()
-	if d, ok := a.rd.(interface{ dropResident() }); ok {
-		d.dropResident() // the pages of the pack read so far stay in the page cache only
-	}
 	batch := a.closed
 	a.closed = nil
 	a.checkRuns(batch)

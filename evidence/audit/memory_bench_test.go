@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -133,13 +134,19 @@ func TestAuditRSSHelper(t *testing.T) {
 	ctx := context.Background()
 	s, err := evidencetest.SynthesizeCached(ctx, runs, 4)
 	require.NoError(t, err)
+	sampler := proctest.StartSampler(20 * time.Millisecond)
 	rep, err := audit.Branch(ctx, audit.Options{Repo: s.Remote, Policy: s.Policy})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
+	peaks, err := sampler.Stop()
+	require.NoError(t, err)
 	hwm, err := proctest.PeakRSS()
 	require.NoError(t, err)
 	require.Positive(t, hwm, "no peak resident set read")
 	fmt.Printf("VmHWM-bytes %d\n", hwm)
+	// VmHWM has no split: what was the audit's own (anonymous) and what
+	// mapped files' pages, sampled.
+	fmt.Printf("peak-RssAnon-bytes %d peak-RssFile-bytes %d\n", peaks.Anon, peaks.File)
 	status, err := os.ReadFile("/proc/self/status")
 	require.NoError(t, err)
 	var ms runtime.MemStats

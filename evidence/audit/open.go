@@ -56,14 +56,6 @@ func (b *openedBranch) Resolve(rev string) (plumbing.Hash, bool) {
 
 func (b *openedBranch) Has(h plumbing.Hash) bool { return b.st.HasEncodedObject(h) == nil }
 
-// dropResident drops the pages of the packs read so far from the
-// resident set (gitobj.Dir.DropResident).
-func (b *openedBranch) dropResident() {
-	if d, ok := b.objs.(*gitobj.Dir); ok {
-		d.DropResident()
-	}
-}
-
 // close releases the object reader and removes a fetched repository.
 func (b *openedBranch) close() {
 	if d, ok := b.objs.(*gitobj.Dir); ok {

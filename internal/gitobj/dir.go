@@ -44,6 +44,15 @@ type Dir struct {
 	bases     map[baseKey][]byte
 	baseBytes int
 	maxBase   int64
+
+	// touched counts the bytes reads have looked at since the process's
+	// resident file pages were last measured (boundResident).
+	touched     atomic.Int64
+	maxResident atomic.Int64
+	// residentMu serializes boundResident; residentBase is the process's
+	// resident file pages after the last drop.
+	residentMu   sync.Mutex
+	residentBase int64
 }
 
 type baseKey struct {
@@ -55,7 +64,16 @@ type baseKey struct {
 // benchmark that measures what else a reader keeps sets it lower.
 var MaxBaseBytes atomic.Int64
 
-func init() { MaxBaseBytes.Store(64 << 20) }
+// MaxResidentBytes bounds, for every Dir, by how much its reads may grow
+// the process's resident file pages (its mapped packs and indexes) before
+// the pages it mapped are dropped from the resident set (they stay in the
+// page cache): 64 MiB.
+var MaxResidentBytes atomic.Int64
+
+func init() {
+	MaxBaseBytes.Store(64 << 20)
+	MaxResidentBytes.Store(64 << 20)
+}
 
 // OpenDir opens gitDir's objects directory. It refuses a
 // repository with alternates (objects stored elsewhere), which the
@@ -66,6 +84,7 @@ func OpenDir(gitDir string) (*Dir, error) {
 		return nil, errors.New("repository has alternates")
 	}
 	d := &Dir{dir: dir, loaded: map[string]bool{}, bases: map[baseKey][]byte{}}
+	d.residentBase, _ = residentFileBytes()
 	if err := d.rescan(); err != nil {
 		d.Close()
 		return nil, err
@@ -80,6 +99,53 @@ func (d *Dir) LimitBaseCache(n int64) {
 	d.baseMu.Lock()
 	defer d.baseMu.Unlock()
 	d.maxBase = n
+}
+
+// LimitResident bounds to n bytes (instead of MaxResidentBytes) by how
+// much d's reads may grow the process's resident file pages between two
+// drops.
+func (d *Dir) LimitResident(n int64) { d.maxResident.Store(n) }
+
+// residentCheckEvery is how many bytes reads look at (touch) between two
+// measures of the process's resident file pages.
+const residentCheckEvery = 256 << 10
+
+// touch counts n more bytes of the mapped packs and indexes looked at,
+// and now and then bounds what is resident (boundResident).
+func (d *Dir) touch(n int64) {
+	if d.touched.Add(n) < residentCheckEvery {
+		return
+	}
+	d.touched.Store(0)
+	d.boundResident()
+}
+
+// boundResident drops the pages of d's mapped packs and indexes from the
+// resident set once the process's resident file pages have grown by the
+// bound since the last drop (residentGrown).
+func (d *Dir) boundResident() {
+	if !d.residentMu.TryLock() {
+		return // another reader is measuring
+	}
+	defer d.residentMu.Unlock()
+	if residentGrown(d.residentBase, d.maxResident.Load()) {
+		d.DropResident()
+		d.residentBase, _ = residentFileBytes()
+	}
+}
+
+// residentGrown reports whether the process's resident file pages have
+// grown by limit (0: MaxResidentBytes) since they were base. It measures
+// (residentFileBytes) rather than counts the pages read: the kernel
+// decides how much one page fault maps (the cached pages around it, or a
+// large folio of the page cache: up to megabytes of a file written in
+// one go).
+func residentGrown(base, limit int64) bool {
+	if limit == 0 {
+		limit = MaxResidentBytes.Load()
+	}
+	now, ok := residentFileBytes()
+	return ok && now-base >= limit
 }
 
 // AdviseRandom tells the kernel that d's packs and their indexes, those
@@ -224,13 +290,19 @@ func (d *Dir) locate(h plumbing.Hash) (*mappedPack, int64, bool) {
 	d.mu.Lock()
 	packs := d.packs
 	d.mu.Unlock()
-	for _, p := range packs {
+	for i, p := range packs {
 		if off, ok := p.offset(h); ok {
+			// A page of names in each index searched, one of offsets.
+			d.touch(int64(i+2) * pageSize)
 			return p, off, true
 		}
 	}
+	d.touch(int64(len(packs)) * pageSize)
 	return nil, 0, false
 }
+
+// pageSize is the size of the pages touch counts.
+const pageSize = 4096
 
 // loosePath is where h would be stored as a loose object.
 func (d *Dir) loosePath(h plumbing.Hash) string {
@@ -397,6 +469,9 @@ func (d *Dir) packed(p *mappedPack, off int64, limit int64, depth int) (plumbing
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
 	}
+	// Its header and zlib stream, counted at the inflated size (a
+	// stream is rarely longer), and a page it may straddle.
+	d.touch(e.pos - off + e.size + pageSize)
 	end := int64(len(p.data)) - 20
 	if e.t != plumbing.OFSDeltaObject && e.t != plumbing.REFDeltaObject {
 		if err := checkSize(e.size, limit); err != nil {

@@ -154,8 +154,9 @@ func checkPackTrailer(data []byte) (plumbing.Hash, int, error) {
 	}
 	body := data[:len(data)-20]
 	h := sha1.New()
-	for i := 0; i < len(body); i += 8 << 20 {
-		chunk := body[i:min(len(body), i+8<<20)]
+	// A megabyte at a time, each dropped once hashed: read once, in order.
+	for i := 0; i < len(body); i += 1 << 20 {
+		chunk := body[i:min(len(body), i+1<<20)]
 		h.Write(chunk)
 		dropResident(chunk)
 	}
@@ -215,7 +216,8 @@ func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 	var waiting []indexEntry // deltas whose base was not hashed yet (no name)
 	end := int64(len(data)) - 20
 	off := int64(12)
-	dropped := int64(0)
+	base, _ := residentFileBytes()
+	var read int64
 	for i := 0; i < count; i++ {
 		if off >= end {
 			return nil, fmt.Errorf("pack ends after %d of its %d objects", i, count)
@@ -256,12 +258,17 @@ func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 				return nil, err
 			}
 		}
+		read += next - off
 		off = next
-		// Delta bases are read back from anywhere before off: drop every
-		// page read so far, not only the ones scanned since the last drop.
-		if off-dropped > 32<<20 {
-			dropResident(data[:off])
-			dropped = off
+		// Within the readers' bound (Dir.boundResident). Delta bases are
+		// read back from anywhere before off: drop every page read so
+		// far, not only the ones scanned since the last drop.
+		if read >= residentCheckEvery {
+			read = 0
+			if residentGrown(base, 0) {
+				dropResident(data[:off])
+				base, _ = residentFileBytes()
+			}
 		}
 	}
 	if off != end {

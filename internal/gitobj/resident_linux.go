@@ -1,6 +1,11 @@
 package gitobj
 
-import "syscall"
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+)
 
 // dropResident tells the kernel the process no longer needs the pages of
 // the mapped file b: they leave the resident set (the page cache keeps
@@ -19,4 +24,24 @@ func adviseRandom(b []byte) {
 	if len(b) > 0 {
 		_ = syscall.Madvise(b, syscall.MADV_RANDOM)
 	}
+}
+
+// residentFileBytes is how much of the process's resident set is pages of
+// files (mapped packs and indexes, the program's text): the third field
+// of /proc/self/statm (RssFile + RssShmem), a counter the kernel keeps, so
+// reading it costs one small read.
+func residentFileBytes() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 3 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(string(f[2]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return pages * int64(os.Getpagesize()), true
 }

@@ -1,12 +1,14 @@
 package gitobj
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/stretchr/testify/assert"
@@ -123,4 +125,103 @@ func TestAdviseRandomMapsPacksForRandomReads(t *testing.T) {
 		_, err := d.Object(plumbing.BlobObject, plumbing.NewHash(n), 1<<20)
 		require.NoError(t, err)
 	}
+}
+
+// TestReadsKeepResidentBounded: a reader of every object of a pack larger
+// than its bound (an audit of the whole history, a reconciler's first
+// recovery) never has more of the pack and its index resident than the
+// bound and what the reads between two measures bring in. At 10^5 runs
+// the pages an audit read between two of its own drops were 330 MiB of
+// its resident set; only the bound keeps the resident set independent of
+// the pack's size.
+func TestReadsKeepResidentBounded(t *testing.T) {
+	const limit = 2 << 20
+	dir, names, idx, pack := randomBlobPack(t, 3000, 8<<10)
+	d, err := OpenDir(dir)
+	require.NoError(t, err)
+	defer d.Close()
+	d.LimitResident(limit)
+	peak := 0
+	for i, n := range names {
+		_, err := d.Object(plumbing.BlobObject, plumbing.NewHash(n), 1<<20)
+		require.NoError(t, err)
+		if i%25 == 0 || i == len(names)-1 {
+			peak = max(peak, residentKB(t, pack)+residentKB(t, idx))
+		}
+	}
+	fi, err := os.Stat(pack)
+	require.NoError(t, err)
+	require.Greater(t, fi.Size(), int64(4*limit), "the pack is not much larger than the bound: the test proves nothing")
+	assert.Positive(t, peak, "nothing of the pack was ever resident: the test proves nothing")
+	assert.LessOrEqual(t, peak, (limit+residentCheckEvery+(1<<20))>>10, "reading every object of a %d KiB pack left %d KiB of it resident, over the bound of %d KiB", fi.Size()>>10, peak, limit>>10)
+}
+
+// randomBlobPack writes n blobs of size random (incompressible) bytes into
+// a new bare repository as one pack stock git writes, and returns the
+// repository, the blobs' names and the pack's index and pack files.
+func randomBlobPack(t *testing.T, n, size int) (dir string, names []string, idx, pack string) {
+	t.Helper()
+	dir = t.TempDir()
+	gittest.Git(t, dir, "init", "-q", "--bare")
+	var in strings.Builder
+	files := t.TempDir()
+	for i := range n {
+		p := filepath.Join(files, strconv.Itoa(i))
+		body := make([]byte, size)
+		_, _ = rand.Read(body)
+		require.NoError(t, os.WriteFile(p, body, 0o644))
+		in.WriteString(p + "\n")
+	}
+	out, err := gittest.Run(t, dir, []byte(in.String()), "hash-object", "-w", "--stdin-paths")
+	require.NoError(t, err)
+	names = strings.Fields(out)
+	require.Len(t, names, n)
+	_, err = gittest.Run(t, dir, []byte(out+"\n"), "pack-objects", "-q", "objects/pack/pack")
+	require.NoError(t, err)
+	gittest.Git(t, dir, "prune-packed")
+	idx = mustGlob(t, filepath.Join(dir, "objects/pack/*.idx"))
+	return dir, names, idx, strings.TrimSuffix(idx, ".idx") + ".pack"
+}
+
+// TestIndexingKeepsResidentBounded: indexing a fetched pack larger than
+// the readers' bound (a new pod's first fetch of the whole branch) never
+// has more of the pack resident than the bound and what one measure's
+// worth of scanning brings in.
+func TestIndexingKeepsResidentBounded(t *testing.T) {
+	const limit = 2 << 20
+	defer MaxResidentBytes.Store(MaxResidentBytes.Load())
+	MaxResidentBytes.Store(limit)
+	_, _, _, packFile := randomBlobPack(t, 3000, 8<<10)
+	data, err := os.ReadFile(packFile)
+	require.NoError(t, err)
+	require.Greater(t, len(data), 4*limit, "the pack is not much larger than the bound: the test proves nothing")
+
+	dir := filepath.Join(t.TempDir(), "objects", "pack")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	x, err := NewPackIndexer(dir)
+	require.NoError(t, err)
+	_, err = x.Write(data)
+	require.NoError(t, err)
+	tmp := x.tmp.Name()
+	done := make(chan struct{})
+	peak := make(chan int)
+	go func() {
+		most := 0
+		for {
+			if m, err := proctest.Mapped(tmp); err == nil {
+				most = max(most, m.RSSKB)
+			}
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	require.NoError(t, x.Close())
+	close(done)
+	most := <-peak
+	assert.Positive(t, most, "the pack was never seen resident while indexed: the test proves nothing")
+	assert.LessOrEqual(t, most, (limit+residentCheckEvery+(1<<20))>>10, "indexing a %d KiB pack had %d KiB of it resident, over the bound of %d KiB", len(data)>>10, most, limit>>10)
 }

@@ -168,20 +168,17 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-var homeDir atomic.Pointer[string]
+// noHome is the HOME of every git a test runs: a path under a device
+// file, where no directory can ever be made, so that no user's or other
+// test's configuration is read and nothing is left behind (a temporary
+// directory per test process was never removed).
+const noHome = "/dev/null/gittest-home"
 
 // isolatedEnv keeps the user's and system's git configuration out of tests.
-func isolatedEnv(t testing.TB) []string {
-	home := homeDir.Load()
-	if home == nil {
-		d, err := os.MkdirTemp("", "gittest-home-")
-		require.NoError(t, err)
-		homeDir.CompareAndSwap(nil, &d)
-		home = homeDir.Load()
-	}
+func isolatedEnv(testing.TB) []string {
 	return []string{
-		"HOME=" + *home,
-		"XDG_CONFIG_HOME=" + filepath.Join(*home, ".config"),
+		"HOME=" + noHome,
+		"XDG_CONFIG_HOME=" + noHome + "/.config",
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_TERMINAL_PROMPT=0",
 		"GIT_AUTHOR_NAME=gittest", "GIT_AUTHOR_EMAIL=gittest@example.invalid",

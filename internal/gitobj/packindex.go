@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
-	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -23,23 +21,7 @@ type mappedPack struct {
 	// refs, while the pack is being indexed (PackIndexer), finds the
 	// objects hashed so far in place of idx.
 	refs func(plumbing.Hash) (int64, bool)
-	// samples[b] is every sampleEvery-th name whose first byte is b (the
-	// first of them that name's bucket's first), in memory, taken on the
-	// bucket's first lookup (bucketSamples).
-	samples [256]atomic.Pointer[[]byte]
 }
-
-// sampleEvery is how many names of an index one of its samples stands
-// for. A lookup searches the bucket's samples, in memory, and then only
-// sampleEvery names of the mapped index (2.5 KB, one or two pages),
-// instead of binary-searching the whole bucket in the mapping: at 10^5
-// runs a bucket is 1 MB of names, and its search's first probes, on
-// pages shared by every lookup, kept about 64 MiB of the index mapped
-// (each fault maps 64 KiB around it), which dropping the mapped pages
-// (Dir.boundResident) would have had to fault in again and again. The
-// samples of every bucket take 20/sampleEvery bytes a name (2 MB for a
-// 13-million-object index). A variable for tests.
-var sampleEvery = 128
 
 // packIndex is a version 2 pack index read in place (mapped, never
 // decoded into memory: a branch of 10^5 runs has millions of objects).
@@ -152,17 +134,6 @@ func (p *mappedPack) offset(h plumbing.Hash) (int64, bool) {
 		lo = int(binary.BigEndian.Uint32(x.fanout[(int(h[0])-1)*4:]))
 	}
 	hi := int(binary.BigEndian.Uint32(x.fanout[int(h[0])*4:]))
-	if every := sampleEvery; hi-lo > every {
-		s := p.bucketSamples(h[0], lo, hi, every)
-		// The first sample after h; h, if here, is in the run of names
-		// the one before it starts.
-		k := sort.Search(len(s)/hashSize, func(k int) bool { return bytes.Compare(s[k*hashSize:(k+1)*hashSize], h[:]) > 0 })
-		if k == 0 {
-			return 0, false
-		}
-		lo += (k - 1) * every
-		hi = min(hi, lo+every)
-	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		switch c := bytes.Compare(x.names[mid*hashSize:(mid+1)*hashSize], h[:]); {
@@ -175,23 +146,6 @@ func (p *mappedPack) offset(h plumbing.Hash) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// bucketSamples returns the samples of the names with first byte b,
-// which are those at [lo, hi) of the index: the names at lo, lo+every,
-// and so on. Taken on the bucket's first lookup; two readers taking them
-// at once take the same.
-func (p *mappedPack) bucketSamples(b byte, lo, hi, every int) []byte {
-	if s := p.samples[b].Load(); s != nil {
-		return *s
-	}
-	names := p.idx.names
-	s := make([]byte, 0, (hi-lo+every-1)/every*hashSize)
-	for i := lo; i < hi; i += every {
-		s = append(s, names[i*hashSize:(i+1)*hashSize]...)
-	}
-	p.samples[b].Store(&s)
-	return s
 }
 
 // count is how many objects p holds.

@@ -130,10 +130,11 @@ func TestAdviseRandomMapsPacksForRandomReads(t *testing.T) {
 // TestReadsKeepResidentBounded: a reader of every object of a pack larger
 // than its bound (an audit of the whole history, a reconciler's first
 // recovery) never has more of the pack and its index resident than the
-// bound and what the reads between two measures bring in. At 10^5 runs
-// the pages an audit read between two of its own drops were 330 MiB of
-// its resident set; only the bound keeps the resident set independent of
-// the pack's size.
+// bound, what the reads between two measures bring in and the large
+// folios the last faults may map whole (up to 2 MiB each; two allowed).
+// At 10^5 runs the pages an audit read between two of its own drops were
+// 330 MiB of its resident set; only the bound keeps the resident set
+// independent of the pack's size.
 func TestReadsKeepResidentBounded(t *testing.T) {
 	const limit = 2 << 20
 	dir, names, idx, pack := randomBlobPack(t, 3000, 8<<10)
@@ -153,7 +154,8 @@ func TestReadsKeepResidentBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, fi.Size(), int64(4*limit), "the pack is not much larger than the bound: the test proves nothing")
 	assert.Positive(t, peak, "nothing of the pack was ever resident: the test proves nothing")
-	assert.LessOrEqual(t, peak, (limit+residentCheckEvery+(1<<20))>>10, "reading every object of a %d KiB pack left %d KiB of it resident, over the bound of %d KiB", fi.Size()>>10, peak, limit>>10)
+	t.Logf("at most %d KiB of the pack and index resident", peak)
+	assert.LessOrEqual(t, peak, (limit+residentCheckEvery+(4<<20))>>10, "reading every object of a %d KiB pack left %d KiB of it resident, over the bound of %d KiB", fi.Size()>>10, peak, limit>>10)
 }
 
 // randomBlobPack writes n blobs of size random (incompressible) bytes into
@@ -185,8 +187,9 @@ func randomBlobPack(t *testing.T, n, size int) (dir string, names []string, idx,
 
 // TestIndexingKeepsResidentBounded: indexing a fetched pack larger than
 // the readers' bound (a new pod's first fetch of the whole branch) never
-// has more of the pack resident than the bound and what one measure's
-// worth of scanning brings in.
+// has more of the pack resident than the bound, what one measure's worth
+// of scanning brings in and the large folios of the file just written
+// that the last faults may map whole (up to 2 MiB each; two allowed).
 func TestIndexingKeepsResidentBounded(t *testing.T) {
 	const limit = 2 << 20
 	defer MaxResidentBytes.Store(MaxResidentBytes.Load())
@@ -223,5 +226,6 @@ func TestIndexingKeepsResidentBounded(t *testing.T) {
 	close(done)
 	most := <-peak
 	assert.Positive(t, most, "the pack was never seen resident while indexed: the test proves nothing")
-	assert.LessOrEqual(t, most, (limit+residentCheckEvery+(1<<20))>>10, "indexing a %d KiB pack had %d KiB of it resident, over the bound of %d KiB", len(data)>>10, most, limit>>10)
+	t.Logf("at most %d KiB of the pack resident", most)
+	assert.LessOrEqual(t, most, (limit+residentCheckEvery+(4<<20))>>10, "indexing a %d KiB pack had %d KiB of it resident, over the bound of %d KiB", len(data)>>10, most, limit>>10)
 }

@@ -108,7 +108,7 @@ func (d *Dir) LimitResident(n int64) { d.maxResident.Store(n) }
 
 // residentCheckEvery is how many bytes reads look at (touch) between two
 // measures of the process's resident file pages.
-const residentCheckEvery = 256 << 10
+const residentCheckEvery = 1 << 20
 
 // touch counts n more bytes of the mapped packs and indexes looked at,
 // and now and then bounds what is resident (boundResident).
@@ -290,14 +290,15 @@ func (d *Dir) locate(h plumbing.Hash) (*mappedPack, int64, bool) {
 	d.mu.Lock()
 	packs := d.packs
 	d.mu.Unlock()
-	for i, p := range packs {
+	for _, p := range packs {
 		if off, ok := p.offset(h); ok {
-			// A page of names in each index searched, one of offsets.
-			d.touch(int64(i+2) * pageSize)
+			// A page of names, one of offsets. (A miss in another
+			// pack's index reads pages of a small, recent index: they
+			// stay mapped between lookups and are not counted.)
+			d.touch(2 * pageSize)
 			return p, off, true
 		}
 	}
-	d.touch(int64(len(packs)) * pageSize)
 	return nil, 0, false
 }
 

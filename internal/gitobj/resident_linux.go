@@ -2,8 +2,10 @@ package gitobj
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -28,20 +30,34 @@ func adviseRandom(b []byte) {
 
 // residentFileBytes is how much of the process's resident set is pages of
 // files (mapped packs and indexes, the program's text): the third field
-// of /proc/self/statm (RssFile + RssShmem), a counter the kernel keeps, so
-// reading it costs one small read.
+// of /proc/self/statm (RssFile + RssShmem), a counter the kernel keeps.
+// The file stays open: a measure is one pread.
 func residentFileBytes() (int64, bool) {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
+	f := statm()
+	if f == nil {
 		return 0, false
 	}
-	f := bytes.Fields(b)
-	if len(f) < 3 {
+	var buf [128]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 || (err != nil && err != io.EOF) {
 		return 0, false
 	}
-	pages, err := strconv.ParseInt(string(f[2]), 10, 64)
+	fields := bytes.Fields(buf[:n])
+	if len(fields) < 3 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(string(fields[2]), 10, 64)
 	if err != nil {
 		return 0, false
 	}
 	return pages * int64(os.Getpagesize()), true
 }
+
+// statm is /proc/self/statm, opened once; nil where it cannot be.
+var statm = sync.OnceValue(func() *os.File {
+	f, err := os.Open("/proc/self/statm")
+	if err != nil {
+		return nil
+	}
+	return f
+})

@@ -190,9 +190,9 @@ func findEntry(entries []object.TreeEntry, name string) (object.TreeEntry, bool)
 }
 
 // DropResident drops the pages of the mirror's mapped packs read so far
-// from the process's resident set (gitobj.Dir.DropResident): a reader of
-// every run (a reconciler's recovery) calls it now and then, so that its
-// resident set does not grow with the branch. It holds s.mu, under which
+// from the process's resident set (gitobj.Dir.DropResident), as the
+// mirror's reads do themselves past their bound: a reader of every run (a
+// reconciler's recovery) calls it when done. It holds s.mu, under which
 // alone a consolidation unmaps packs.
 func (s *Store) DropResident() {
 	s.mu.Lock()

@@ -52,9 +52,17 @@ func chromium(t *testing.T) string {
 }
 
 // newBrowser starts Chromium with the flags this machine needs (root, no
-// sandbox, no background networking) and a fresh profile.
+// sandbox, no background networking), a fresh profile and a temporary
+// directory of the test's own.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	// Chromium makes its singleton socket directory (org.chromium.Chromium.*)
+	// under TMPDIR and leaves it when it is killed: a directory of the
+	// test's own, short (a socket path is at most 107 bytes; t.TempDir's
+	// carry the subtest's name), removed after the browser is gone.
+	tmp, mkErr := os.MkdirTemp("", "signet-chromium-")
+	require.NoError(t, mkErr)
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -62,6 +70,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
+		chromedp.Env("TMPDIR=" + tmp),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(t.Context(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)

@@ -45,14 +45,8 @@ type Dir struct {
 	baseBytes int
 	maxBase   int64
 
-	// touched counts the bytes reads have looked at since the process's
-	// resident file pages were last measured (boundResident).
-	touched     atomic.Int64
-	maxResident atomic.Int64
-	// residentMu serializes boundResident; residentBase is the process's
-	// resident file pages after the last drop.
-	residentMu   sync.Mutex
-	residentBase int64
+	// resident bounds what d's reads leave mapped (touch).
+	resident residentMeter
 }
 
 type baseKey struct {
@@ -84,7 +78,7 @@ func OpenDir(gitDir string) (*Dir, error) {
 		return nil, errors.New("repository has alternates")
 	}
 	d := &Dir{dir: dir, loaded: map[string]bool{}, bases: map[baseKey][]byte{}}
-	d.residentBase, _ = residentFileBytes()
+	d.resident.start()
 	if err := d.rescan(); err != nil {
 		d.Close()
 		return nil, err
@@ -104,48 +98,61 @@ func (d *Dir) LimitBaseCache(n int64) {
 // LimitResident bounds to n bytes (instead of MaxResidentBytes) by how
 // much d's reads may grow the process's resident file pages between two
 // drops.
-func (d *Dir) LimitResident(n int64) { d.maxResident.Store(n) }
+func (d *Dir) LimitResident(n int64) { d.resident.limit.Store(n) }
 
-// residentCheckEvery is how many bytes reads look at (touch) between two
+// touch counts n more bytes of the mapped packs and indexes looked at,
+// and drops d's mapped pages when the meter says so.
+func (d *Dir) touch(n int64) {
+	if d.resident.over(n) {
+		d.DropResident()
+		d.resident.start()
+	}
+}
+
+// residentCheckEvery is how many bytes a residentMeter counts between two
 // measures of the process's resident file pages.
 const residentCheckEvery = 1 << 20
 
-// touch counts n more bytes of the mapped packs and indexes looked at,
-// and now and then bounds what is resident (boundResident).
-func (d *Dir) touch(n int64) {
-	if d.touched.Add(n) < residentCheckEvery {
-		return
-	}
-	d.touched.Store(0)
-	d.boundResident()
+// residentMeter tells a reader of mapped files when to drop the pages it
+// mapped: once the process's resident file pages have grown by limit (0:
+// MaxResidentBytes) since start, measured every residentCheckEvery bytes
+// read. It measures (residentFileBytes) rather than counts the pages
+// read: the kernel decides how much one page fault maps (the cached pages
+// around it, or a large folio of the page cache: up to megabytes of a
+// file written in one go). Safe for concurrent use.
+type residentMeter struct {
+	limit atomic.Int64
+	read  atomic.Int64
+	// mu serializes measures; base is the resident file pages at start.
+	mu   sync.Mutex
+	base int64
 }
 
-// boundResident drops the pages of d's mapped packs and indexes from the
-// resident set once the process's resident file pages have grown by the
-// bound since the last drop (residentGrown).
-func (d *Dir) boundResident() {
-	if !d.residentMu.TryLock() {
-		return // another reader is measuring
-	}
-	defer d.residentMu.Unlock()
-	if residentGrown(d.residentBase, d.maxResident.Load()) {
-		d.DropResident()
-		d.residentBase, _ = residentFileBytes()
-	}
+// start takes the process's resident file pages now as the base: at
+// open, and after each drop.
+func (m *residentMeter) start() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.base, _ = residentFileBytes()
 }
 
-// residentGrown reports whether the process's resident file pages have
-// grown by limit (0: MaxResidentBytes) since they were base. It measures
-// (residentFileBytes) rather than counts the pages read: the kernel
-// decides how much one page fault maps (the cached pages around it, or a
-// large folio of the page cache: up to megabytes of a file written in
-// one go).
-func residentGrown(base, limit int64) bool {
+// over counts n more bytes read and reports whether the pages mapped
+// should be dropped now (the caller then drops them and calls start).
+func (m *residentMeter) over(n int64) bool {
+	if m.read.Add(n) < residentCheckEvery {
+		return false
+	}
+	m.read.Store(0)
+	if !m.mu.TryLock() {
+		return false // another reader is measuring
+	}
+	defer m.mu.Unlock()
+	limit := m.limit.Load()
 	if limit == 0 {
 		limit = MaxResidentBytes.Load()
 	}
 	now, ok := residentFileBytes()
-	return ok && now-base >= limit
+	return ok && now-m.base >= limit
 }
 
 // AdviseRandom tells the kernel that d's packs and their indexes, those

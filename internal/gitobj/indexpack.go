@@ -216,8 +216,8 @@ func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 	var waiting []indexEntry // deltas whose base was not hashed yet (no name)
 	end := int64(len(data)) - 20
 	off := int64(12)
-	base, _ := residentFileBytes()
-	var read int64
+	var meter residentMeter
+	meter.start()
 	for i := 0; i < count; i++ {
 		if off >= end {
 			return nil, fmt.Errorf("pack ends after %d of its %d objects", i, count)
@@ -258,18 +258,14 @@ func scanPack(data []byte, count int, spill *os.File) (*[256]int, error) {
 				return nil, err
 			}
 		}
-		read += next - off
-		off = next
-		// Within the readers' bound (Dir.boundResident). Delta bases are
-		// read back from anywhere before off: drop every page read so
-		// far, not only the ones scanned since the last drop.
-		if read >= residentCheckEvery {
-			read = 0
-			if residentGrown(base, 0) {
-				dropResident(data[:off])
-				base, _ = residentFileBytes()
-			}
+		// Within the readers' bound (Dir.touch). Delta bases are read
+		// back from anywhere before next: drop every page read so far,
+		// not only the ones scanned since the last drop.
+		if meter.over(next - off) {
+			dropResident(data[:next])
+			meter.start()
 		}
+		off = next
 	}
 	if off != end {
 		return nil, fmt.Errorf("pack has %d bytes after its %d objects", end-off, count)

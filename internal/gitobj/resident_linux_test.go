@@ -67,11 +67,20 @@ func packOfBlobs(t *testing.T, n int, prefix string) (dir string, names []string
 // returns their names.
 func addPackOfBlobs(t *testing.T, dir string, n int, prefix string) []string {
 	t.Helper()
+	return addPackOf(t, dir, n, func(i int) []byte {
+		return fmt.Appendf(nil, "%s %d %s\n", prefix, i, strings.Repeat("x", i%97))
+	})
+}
+
+// addPackOf writes n blobs, the i-th body(i), into repository dir as one
+// more pack stock git writes and returns their names.
+func addPackOf(t *testing.T, dir string, n int, body func(i int) []byte) []string {
+	t.Helper()
 	var in strings.Builder
 	blobs := t.TempDir()
 	for i := range n {
 		p := filepath.Join(blobs, strconv.Itoa(i))
-		require.NoError(t, os.WriteFile(p, fmt.Appendf(nil, "%s %d %s\n", prefix, i, strings.Repeat("x", i%97)), 0o644))
+		require.NoError(t, os.WriteFile(p, body(i), 0o644))
 		in.WriteString(p + "\n")
 	}
 	out, err := gittest.Run(t, dir, []byte(in.String()), "hash-object", "-w", "--stdin-paths")
@@ -165,22 +174,11 @@ func randomBlobPack(t *testing.T, n, size int) (dir string, names []string, idx,
 	t.Helper()
 	dir = t.TempDir()
 	gittest.Git(t, dir, "init", "-q", "--bare")
-	var in strings.Builder
-	files := t.TempDir()
-	for i := range n {
-		p := filepath.Join(files, strconv.Itoa(i))
-		body := make([]byte, size)
-		_, _ = rand.Read(body)
-		require.NoError(t, os.WriteFile(p, body, 0o644))
-		in.WriteString(p + "\n")
-	}
-	out, err := gittest.Run(t, dir, []byte(in.String()), "hash-object", "-w", "--stdin-paths")
-	require.NoError(t, err)
-	names = strings.Fields(out)
-	require.Len(t, names, n)
-	_, err = gittest.Run(t, dir, []byte(out+"\n"), "pack-objects", "-q", "objects/pack/pack")
-	require.NoError(t, err)
-	gittest.Git(t, dir, "prune-packed")
+	names = addPackOf(t, dir, n, func(int) []byte {
+		b := make([]byte, size)
+		_, _ = rand.Read(b)
+		return b
+	})
 	idx = mustGlob(t, filepath.Join(dir, "objects/pack/*.idx"))
 	return dir, names, idx, strings.TrimSuffix(idx, ".idx") + ".pack"
 }

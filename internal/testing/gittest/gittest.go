@@ -63,7 +63,7 @@ func NewHTTPServer(t testing.TB, opts ...Option) *Server {
 		Path: gitPath,
 		Args: []string{"http-backend"},
 		Dir:  s.root,
-		Env: append(isolatedEnv(t),
+		Env: append(isolatedEnv(),
 			"GIT_PROJECT_ROOT="+s.root,
 			"GIT_HTTP_EXPORT_ALL=1",
 			// http-backend only allows receive-pack to an authenticated
@@ -175,7 +175,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 const noHome = "/dev/null/gittest-home"
 
 // isolatedEnv keeps the user's and system's git configuration out of tests.
-func isolatedEnv(testing.TB) []string {
+func isolatedEnv() []string {
 	return []string{
 		"HOME=" + noHome,
 		"XDG_CONFIG_HOME=" + noHome + "/.config",
@@ -193,7 +193,7 @@ func Cmd(t testing.TB, dir string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(isolatedEnv(t), "PATH="+os.Getenv("PATH"))
+	cmd.Env = append(isolatedEnv(), "PATH="+os.Getenv("PATH"))
 	return cmd
 }
 

@@ -114,7 +114,7 @@ func TestParseEnvelopeRefuses(t *testing.T) {
 		{"truncated", good[:len(good)/2], "unexpected EOF"},
 		{"garbled", []byte(strings.Replace(string(good), `"payload":"`, `"payload":"!!`, 1)), "not standard base64"},
 		{"empty", nil, "EOF"},
-		{"not an object", []byte(`[1,2]`), "JSON array where signing.Envelope is expected"},
+		{"not an object", []byte(`[1,2]`), "envelope: a JSON array, not an object"},
 		{"unknown field", mutate(func(m map[string]any) { m["extra"] = 1 }), `unknown field "extra"`},
 		{"duplicate field", []byte(strings.Replace(string(good), `{"payloadType"`, `{"payloadType":"x","payloadType"`, 1)), `duplicate field "payloadType"`},
 		{"trailing data", append(append([]byte{}, good...), []byte(`{}`)...), "data after"},

@@ -8,9 +8,11 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -159,4 +161,38 @@ func FuzzStrictUnmarshal(f *testing.F) {
 			t.Fatalf("read %q as %#v, encoding/json as %#v", b, got, want)
 		}
 	})
+}
+
+// TestStrictUnmarshalReusesDecodersCleanly: StrictUnmarshal reuses its
+// decoders; each input is still read on its own, whatever the input
+// before it on the same decoder was or how it failed (a duplicate member
+// deep in one object, a truncated value, trailing data), on several
+// goroutines at once.
+func TestStrictUnmarshalReusesDecodersCleanly(t *testing.T) {
+	inputs := []struct{ in, refused string }{
+		{`{"a":{"b":{"c":1}},"d":[1,2,3]}`, ""},
+		{`{"a":{"b":{"c":1,"c":2}}}`, `duplicate field "c" in /a/b`},
+		{`{"a":{"b":{"c":1}}`, "unexpected EOF"},
+		{`{"c":1}`, ""},
+		{`{"a":1}{"a":2}`, "data after the JSON value"},
+		{`{"a":1}`, ""},
+		{"{\"a\":\"\xff\"}", "invalid UTF-8"},
+		{`{"a":"x","b":"x"}`, ""},
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				tc := inputs[(i*7+g*3)%len(inputs)]
+				var v any
+				err := StrictUnmarshal([]byte(tc.in), &v)
+				if tc.refused == "" {
+					assert.NoError(t, err, "%s after others", tc.in)
+					continue
+				}
+				assert.ErrorContains(t, err, tc.refused, "%s after others", tc.in)
+			}
+		})
+	}
+	wg.Wait()
 }

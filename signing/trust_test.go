@@ -228,3 +228,46 @@ func resign(t *testing.T, env []byte, k *PrivateKey) []byte {
 	require.NoError(t, err)
 	return out
 }
+
+// TestVerifyDSSEEscapedPayload: a payload whose JSON string carries
+// escapes (valid JSON, though no signet writer makes one) reads as the
+// same bytes as the plain string, whichever reader decodes it; one that
+// unescapes to something else, or to more than base64, is refused.
+func TestVerifyDSSEEscapedPayload(t *testing.T) {
+	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
+	alice := testKey(t, "a", AlgorithmECDSAP256)
+	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, nil)
+	st, err := NewStatement("https://signet.dev/evidence/v1", []Subject{SubjectFor("nodes/n1.json", digestOf("n1"))}, map[string]int{"x": 1})
+	require.NoError(t, err)
+	raw, err := SignStatement(st, rec)
+	require.NoError(t, err)
+	plain, err := ParseEnvelope(raw)
+	require.NoError(t, err)
+	escape := func(payload string) []byte {
+		return []byte(strings.Replace(string(raw), `"payload":"`+plain.Payload+`"`, `"payload":"`+payload+`"`, 1))
+	}
+	escaped := `\u00` + fmt.Sprintf("%02x", plain.Payload[0]) + strings.ReplaceAll(plain.Payload[1:], "/", `\/`)
+	require.NotEqual(t, raw, escape(escaped))
+
+	env, err := ParseEnvelope(escape(escaped))
+	require.NoError(t, err)
+	assert.Equal(t, plain.Payload, env.Payload)
+	got, err := VerifyDSSE(escape(escaped), p.Signers(RoleEvidenceSigner), testNow)
+	require.NoError(t, err, "an escaped payload is the same payload")
+	assert.Equal(t, st.Subject, got.Statement.Subject)
+
+	for name, payload := range map[string]string{
+		"escape of another character": `\u0041` + plain.Payload[1:],
+		"escaped quote":               `\"` + plain.Payload[1:],
+		"escaped non-base64":          `\u0021` + plain.Payload[1:],
+	} {
+		_, err := VerifyDSSE(escape(payload), p.Signers(RoleEvidenceSigner), testNow)
+		require.Error(t, err, "%s: must be refused", name)
+		_, err = ParseEnvelope(escape(payload))
+		if name == "escape of another character" && plain.Payload[0] != 'A' {
+			require.NoError(t, err, "%s: still base64, only the signature fails", name)
+			continue
+		}
+		require.ErrorContains(t, err, "payload is not standard base64", name)
+	}
+}

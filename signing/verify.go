@@ -93,7 +93,7 @@ type Verified struct {
 // key) and none verifies, KindNotAllowed when a key the policy keeps for
 // another role signed it, KindUnknownKey otherwise.
 func VerifyDSSE(envelope []byte, s Signers, at time.Time) (*Verified, error) {
-	env, err := ParseEnvelope(envelope)
+	env, err := parseEnvelope(envelope, false)
 	if err != nil {
 		return nil, err
 	}

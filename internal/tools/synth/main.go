@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"signet.dev/signet/internal/testing/evidencetest"
@@ -21,6 +22,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 1000, "finished runs on the branch")
 	checks := flag.Int("checks", 4, "checks per run (the benchmarks read 4)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the writing to this file")
 	flag.Parse()
 	if *runs < 1 || *checks < 1 {
 		fmt.Fprintln(os.Stderr, "synth: -runs and -checks must be at least 1")
@@ -28,6 +30,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "synth:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	s, err := evidencetest.SynthesizeCached(ctx, *runs, *checks)
 	if err != nil {

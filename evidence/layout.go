@@ -163,23 +163,26 @@ func ParsePath(p string) (RunPath, bool) {
 		rp := RunPath{Kind: KindChainLink, Cluster: parts[1], Seq: seq}
 		return rp, rp.String() == p
 	case parts[0] == "runs" && len(parts) >= 7 && isShard(parts[5]):
-		date := strings.Join(parts[2:5], "/")
+		// The date and a run file's name are p's own bytes.
+		from := len("runs/") + len(parts[1]) + 1
+		date := p[from : from+len(parts[2])+len(parts[3])+len(parts[4])+2]
 		if _, err := time.Parse(dateLayout, date); err != nil {
 			return RunPath{}, false
 		}
 		rp := RunPath{Kind: KindRunDir, Cluster: parts[1], Date: date, Shard: parts[5], Run: parts[6]}
 		if len(parts) > 7 {
-			rp.parseRunFile(parts[7:])
+			_, rel := SplitRunFile(p)
+			rp.parseRunFile(rel, parts[7:])
 		}
 		return rp, true
 	}
 	return RunPath{}, false
 }
 
-// parseRunFile sets the kind and fields of the file rest (split at "/")
-// of a run directory.
-func (rp *RunPath) parseRunFile(rest []string) {
-	rp.Kind, rp.Name = KindRunFile, strings.Join(rest, "/")
+// parseRunFile sets the kind and fields of the file name (rest, split at
+// "/") of a run directory.
+func (rp *RunPath) parseRunFile(name string, rest []string) {
+	rp.Kind, rp.Name = KindRunFile, name
 	switch {
 	case len(rest) == 1 && topFiles[rest[0]] != KindNone:
 		rp.Kind, rp.Name = topFiles[rest[0]], ""
@@ -239,6 +242,21 @@ func (rp RunPath) Dir() string {
 		return ""
 	}
 	return path.Join("runs", rp.Cluster, rp.Date, rp.Shard, rp.Run)
+}
+
+// SplitRunFile splits p, a path ParsePath reads as a file inside a run
+// directory (InRun), into the run directory and the file's path relative
+// to it, Dir and Rel of what ParsePath returns, without building them.
+func SplitRunFile(p string) (dir, rel string) {
+	n := 0
+	for i := range len(p) {
+		if p[i] == '/' {
+			if n++; n == 7 {
+				return p[:i], p[i+1:]
+			}
+		}
+	}
+	return "", ""
 }
 
 // InRun reports whether the path is a file inside a run directory.

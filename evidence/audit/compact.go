@@ -209,8 +209,19 @@ func (a *auditor) closedRunOf(p string) (*runAudit, error) {
 	if r := a.runsByDir[path.Dir(p)]; r != nil && r.compacted {
 		return r, nil
 	}
-	rp, ok := evidence.ParsePath(p)
-	if !ok || !rp.InRun() {
+	rp, _ := evidence.ParsePath(p)
+	return a.closedRunAt(p, rp)
+}
+
+// closedRunAt is closedRunOf of p, which ParsePath read as rp.
+func (a *auditor) closedRunAt(p string, rp evidence.RunPath) (*runAudit, error) {
+	if !a.stream {
+		return nil, nil
+	}
+	if r := a.runsByDir[path.Dir(p)]; r != nil && r.compacted {
+		return r, nil
+	}
+	if !rp.InRun() {
 		return nil, nil
 	}
 	r, err := a.pastRun(rp.Dir())

@@ -282,7 +282,8 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 			return nil
 		}
 	}
-	kind := classify(p)
+	rp, _ := evidence.ParsePath(p) // a path it refuses is in no run
+	kind := kindOf(p, rp)
 	f := &fileRec{path: p, blob: e.Hash, commit: c, landed: c}
 	var data []byte
 	if (kind != kindDocument && kind != kindApproval) || !a.pool.reads {
@@ -292,7 +293,7 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		}
 		f.digest = specs.DigestOf(data)
 	}
-	r, err := a.closedRunOf(p)
+	r, err := a.closedRunAt(p, rp)
 	if err != nil {
 		return err
 	}
@@ -325,23 +326,19 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 		// is only written in checkpoints, which compute it again.
 		f.data, f.digest = data, ""
 	}
-	if a.stream {
-		return a.addToRun(p, f)
+	if a.stream && rp.InRun() {
+		return a.addToRun(p, rp, f)
 	}
 	return nil
 }
 
-// addToRun files f (at p) under its run directory, when it is in one. A
-// receipt closes the run. A run already checked is not found here:
+// addToRun files f (at p, which ParsePath read as rp, a file of a run
+// directory) under its run directory. A receipt closes the run. A run already checked is not found here:
 // checked runs are compacted in a streaming audit, and addFile reopened
 // this one before f was read; one that was not is an error, never a
 // file left unchecked.
-func (a *auditor) addToRun(p string, f *fileRec) error {
-	rp, ok := evidence.ParsePath(p)
-	if !ok || !rp.InRun() {
-		return nil
-	}
-	dir := rp.Dir()
+func (a *auditor) addToRun(p string, rp evidence.RunPath, f *fileRec) error {
+	dir, rel := evidence.SplitRunFile(p)
 	r := a.runsByDir[dir]
 	switch {
 	case r == nil:
@@ -350,7 +347,7 @@ func (a *auditor) addToRun(p string, f *fileRec) error {
 	case r.checked:
 		return fmt.Errorf("evidence: audit: %s was added to run %s after it was checked, and the run was not reopened", p, dir)
 	}
-	r.files[rp.Rel()] = f
+	r.files[rel] = f
 	if r.files[evidence.ReceiptFile] != nil && !r.queued {
 		r.queued = true
 		a.closed = append(a.closed, r)
@@ -411,13 +408,18 @@ const (
 // checkChains report what is malformed there; any other .json file of a
 // run directory is read as a signed document.
 func classify(p string) int {
+	rp, _ := evidence.ParsePath(p)
+	return kindOf(p, rp)
+}
+
+// kindOf is classify of p, which ParsePath read as rp.
+func kindOf(p string, rp evidence.RunPath) int {
 	switch top, _, _ := strings.Cut(p, "/"); top {
 	case "ids":
 		return kindIndex
 	case "chain":
 		return kindChain
 	}
-	rp, _ := evidence.ParsePath(p)
 	switch rp.Kind {
 	case evidence.KindNode:
 		return kindNode

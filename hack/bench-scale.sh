@@ -92,7 +92,7 @@ step_audit() {
 	bash -c 'if [ -n "$1" ]; then echo $$ >"$1/cgroup.procs"; fi; shift; exec "$@"' _ "$cg" \
 		/usr/bin/time -v "$work/signet" audit --repo "$dir/remote.git" --trust "$dir/trust.yaml" \
 		--progress-interval 60s >"$work/audit.out" 2>"$work/audit.err" || true
-	if [ -n "$cg" ]; then memcg_report "$first" | tee -a "$log"; memcg_report "$cg" | tee -a "$log"; fi
+	if [ -n "$cg" ]; then memcg_report "$cg" | tee -a "$log"; fi
 	{ grep -E '^audit: ' "$work/audit.err" || true; } | tail -3 | tee -a "$log"
 	{ grep -E 'Elapsed \(wall clock\)|Maximum resident set size|Exit status' "$work/audit.err" || true; } | tee -a "$log"
 	{ grep -vE '^  ' "$work/audit.out" || true; } | tail -4 | tee -a "$log"

@@ -333,10 +333,10 @@ func (a *auditor) addFile(c *commitInfo, p string, e object.TreeEntry) error {
 }
 
 // addToRun files f (at p, which ParsePath read as rp, a file of a run
-// directory) under its run directory. A receipt closes the run. A run already checked is not found here:
-// checked runs are compacted in a streaming audit, and addFile reopened
-// this one before f was read; one that was not is an error, never a
-// file left unchecked.
+// directory) under its run directory. A receipt closes the run. A run
+// already checked is not found here: checked runs are compacted in a
+// streaming audit, and addFile reopened this one before f was read; one
+// that was not is an error, never a file left unchecked.
 func (a *auditor) addToRun(p string, rp evidence.RunPath, f *fileRec) error {
 	dir, rel := evidence.SplitRunFile(p)
 	r := a.runsByDir[dir]

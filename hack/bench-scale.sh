@@ -10,9 +10,11 @@
 #   3. BenchmarkStartup: a reconciler's start-up and one no-op pass on it,
 #      from an empty state directory and again on its state (<= 256 MiB);
 #   4. BenchmarkLocalCheckOverhead with the branch on the evidence remote
-#      (<= 5x a bare fork/exec), SCALE_LOCAL_COUNT rounds (default 1: each
-#      round fetches the whole branch twice, more than half an hour at
-#      10^5 on two cores);
+#      (<= 5x a bare fork/exec), SCALE_LOCAL_COUNT rounds (default 1) of
+#      SCALE_LOCAL_BENCHTIME (default 10x: the benchmark runs once with
+#      one run and again with ten, and each time fetches the whole branch
+#      twice, more than half an hour at 10^5 on two cores; 1x runs it
+#      once);
 #   5. BenchmarkIncrementalAudit on the branch: the audit of its last run
 #      from the checkpoint of the branch before it, against auditing that
 #      run alone (<= 2x); its set-up is one whole audit writing the
@@ -113,7 +115,7 @@ step_startup() {
 step_local() {
 	say "local check overhead"
 	(cd reconciler && SIGNET_BENCH_LOCAL_RUNS=$runs "$work/reconciler.test" -test.run '^$' \
-		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime 10x -test.count "${SCALE_LOCAL_COUNT:-1}" -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
+		-test.bench '^BenchmarkLocalCheckOverhead$' -test.benchtime "${SCALE_LOCAL_BENCHTIME:-10x}" -test.count "${SCALE_LOCAL_COUNT:-1}" -test.timeout 0) 2>&1 | tee "$root/bench-scale-$runs.local.out" | { grep -E '^Benchmark|FAIL|Error' || true; } | tee -a "$log"
 }
 
 step_incremental() {

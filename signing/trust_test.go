@@ -271,3 +271,42 @@ func TestVerifyDSSEEscapedPayload(t *testing.T) {
 		require.ErrorContains(t, err, "payload is not standard base64", name)
 	}
 }
+
+// TestBase64LineBreaksRefused: Go's base64 decoder skips line breaks even
+// in strict mode, so a payload or signature with a JSON "\n" or "\r\n"
+// escaped into its text would decode, and verify, as the original: the
+// envelope's bytes changed while what they prove did not. Each is refused.
+func TestBase64LineBreaksRefused(t *testing.T) {
+	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
+	alice := testKey(t, "a", AlgorithmECDSAP256)
+	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, nil)
+	st, err := NewStatement("https://signet.dev/evidence/v1", []Subject{SubjectFor("nodes/n1.json", digestOf("n1"))}, map[string]int{"x": 1})
+	require.NoError(t, err)
+	raw, err := SignStatement(st, rec)
+	require.NoError(t, err)
+	_, err = VerifyDSSE(raw, p.Signers(RoleEvidenceSigner), testNow)
+	require.NoError(t, err)
+	plain, err := ParseEnvelope(raw)
+	require.NoError(t, err)
+	sig := plain.Signatures[0].Sig
+
+	for name, c := range map[string]struct{ old, new, want string }{
+		"payload with \\n":    {`"` + plain.Payload + `"`, `"` + plain.Payload[:8] + `\n` + plain.Payload[8:] + `"`, "payload is not standard base64: a line break at byte 8"},
+		"payload with \\r\\n": {`"` + plain.Payload + `"`, `"` + plain.Payload[:4] + `\r\n` + plain.Payload[4:] + `"`, "payload is not standard base64: a line break at byte 4"},
+		"signature with \\n":  {`"` + sig + `"`, `"` + sig[:12] + `\n` + sig[12:] + `"`, "no signature verifies"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := []byte(strings.Replace(string(raw), c.old, c.new, 1))
+			require.NotEqual(t, raw, b)
+			_, err := VerifyDSSE(b, p.Signers(RoleEvidenceSigner), testNow)
+			require.Error(t, err, "%s: the same signed bytes in another encoding must be refused", name)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+
+	// An envelope built in Go with such a payload is refused as well.
+	env := *plain
+	env.Payload = plain.Payload[:8] + "\n" + plain.Payload[8:]
+	_, err = env.PayloadBytes()
+	require.ErrorContains(t, err, "a line break at byte 8", "a payload set with a line break must be refused")
+}

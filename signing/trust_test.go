@@ -229,11 +229,10 @@ func resign(t *testing.T, env []byte, k *PrivateKey) []byte {
 	return out
 }
 
-// TestVerifyDSSEEscapedPayload: a payload whose JSON string carries
-// escapes (valid JSON, though no signet writer makes one) reads as the
-// same bytes as the plain string, whichever reader decodes it; one that
-// unescapes to something else, or to more than base64, is refused.
-func TestVerifyDSSEEscapedPayload(t *testing.T) {
+// signedEvidence is a trust policy, a statement and its envelope signed
+// by the policy's evidence signer.
+func signedEvidence(t *testing.T) (*TrustPolicy, *Statement, []byte) {
+	t.Helper()
 	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
 	alice := testKey(t, "a", AlgorithmECDSAP256)
 	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, nil)
@@ -241,6 +240,15 @@ func TestVerifyDSSEEscapedPayload(t *testing.T) {
 	require.NoError(t, err)
 	raw, err := SignStatement(st, rec)
 	require.NoError(t, err)
+	return p, st, raw
+}
+
+// TestVerifyDSSEEscapedPayload: a payload whose JSON string carries
+// escapes (valid JSON, though no signet writer makes one) reads as the
+// same bytes as the plain string, whichever reader decodes it; one that
+// unescapes to something else, or to more than base64, is refused.
+func TestVerifyDSSEEscapedPayload(t *testing.T) {
+	p, st, raw := signedEvidence(t)
 	plain, err := ParseEnvelope(raw)
 	require.NoError(t, err)
 	escape := func(payload string) []byte {
@@ -277,14 +285,8 @@ func TestVerifyDSSEEscapedPayload(t *testing.T) {
 // escaped into its text would decode, and verify, as the original: the
 // envelope's bytes changed while what they prove did not. Each is refused.
 func TestBase64LineBreaksRefused(t *testing.T) {
-	rec := testKey(t, "reconciler", AlgorithmECDSAP256)
-	alice := testKey(t, "a", AlgorithmECDSAP256)
-	p := testPolicy(t, []*PrivateKey{alice}, []*PrivateKey{rec}, nil)
-	st, err := NewStatement("https://signet.dev/evidence/v1", []Subject{SubjectFor("nodes/n1.json", digestOf("n1"))}, map[string]int{"x": 1})
-	require.NoError(t, err)
-	raw, err := SignStatement(st, rec)
-	require.NoError(t, err)
-	_, err = VerifyDSSE(raw, p.Signers(RoleEvidenceSigner), testNow)
+	p, _, raw := signedEvidence(t)
+	_, err := VerifyDSSE(raw, p.Signers(RoleEvidenceSigner), testNow)
 	require.NoError(t, err)
 	plain, err := ParseEnvelope(raw)
 	require.NoError(t, err)

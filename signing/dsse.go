@@ -275,27 +275,24 @@ func (p *payloadString) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	if p.keep {
 		p.text = bytes.Clone(text)
 	}
-	if err := noLineBreak(text); err != nil {
-		p.err = err
-		return nil
-	}
-	decoded := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
-	n, err := base64.StdEncoding.Strict().Decode(decoded, text)
-	p.decoded, p.err = decoded[:n], err
+	p.decoded, p.err = decodeBase64(text)
 	return nil
 }
 
-// noLineBreak refuses a carriage return or line feed in base64 text, which
-// Go's decoder skips even in strict mode: a payload or signature has one
-// encoding, and an envelope's bytes cannot be changed (a JSON "\n" escape
-// in its payload) while what they verify stays the same.
-func noLineBreak[T string | []byte](text T) error {
+// decodeBase64 decodes standard padded base64 strictly, refusing a
+// carriage return or line feed, which Go's decoder skips even in strict
+// mode: a payload or signature has one encoding, and an envelope's bytes
+// cannot be changed (a JSON "\n" escape in its payload) while what they
+// verify stays the same.
+func decodeBase64[T string | []byte](text T) ([]byte, error) {
 	for i := range len(text) {
 		if text[i] == '\r' || text[i] == '\n' {
-			return fmt.Errorf("a line break at byte %d", i)
+			return nil, fmt.Errorf("a line break at byte %d", i)
 		}
 	}
-	return nil
+	decoded := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
+	n, err := base64.StdEncoding.Strict().Decode(decoded, []byte(text))
+	return decoded[:n], err
 }
 
 // PayloadBytes returns the decoded payload, a copy the caller may keep.
@@ -313,11 +310,7 @@ func (e *Envelope) payload() ([]byte, error) {
 	if e.decoded != nil && e.decodedFrom == e.Payload {
 		return e.decoded, nil
 	}
-	err := noLineBreak(e.Payload)
-	var p []byte
-	if err == nil {
-		p, err = base64.StdEncoding.Strict().DecodeString(e.Payload)
-	}
+	p, err := decodeBase64(e.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: payload is not standard base64: %w", err)
 	}
@@ -376,11 +369,6 @@ func (s Signature) hints(k *PublicKey) bool {
 	return s.KeyID == "" || s.KeyID == k.dsseID || s.KeyID == k.id
 }
 
-func decodeSig(s string) ([]byte, error) {
-	if err := noLineBreak(s); err != nil {
-		return nil, err
-	}
-	return base64.StdEncoding.Strict().DecodeString(s)
-}
+func decodeSig(s string) ([]byte, error) { return decodeBase64(s) }
 
 func encodeSig(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -252,13 +252,20 @@ func TestGroupCommitCrash(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "key"), priv.Seed(), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "remote"), []byte(g.dir+"\n"+g.gate), 0o600))
 
+	// The child is killed, so its own temporary directories are never
+	// removed by it: they go under this test's, which is.
+	childTmp := filepath.Join(dir, "tmp")
+	require.NoError(t, os.Mkdir(childTmp, 0o700))
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestGroupCommitCrash$", "-test.v")
-	cmd.Env = append(os.Environ(), groupCrashEnv+"="+dir, crash.EnvVar+"=after-group-commit")
+	cmd.Env = append(os.Environ(), groupCrashEnv+"="+dir, crash.EnvVar+"=after-group-commit", "TMPDIR="+childTmp)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "the writer was not killed:\n%s", out)
 	ws, ok := ee.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the writer was not killed at after-group-commit (%v):\n%s", ee, out)
+	left, err := os.ReadDir(childTmp)
+	require.NoError(t, err)
+	require.NotEmpty(t, left, "the killed writer's temporary directories are not under this test's")
 
 	// Whole on the branch: one commit after the first, with all three.
 	assert.Equal(t, "2", gittest.Git(t, g.dir, "rev-list", "--count", "signet/evidence"))

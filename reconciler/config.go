@@ -217,6 +217,38 @@ type KubernetesConfig struct {
 	// admitted on its reserved participants). Pods that tolerate every
 	// taint may then still be scheduled onto a reserved node.
 	ReserveTaintOnly bool `json:"reserveTaintOnly,omitempty"`
+	// APIQPS is the most requests a second the reconciler's client sends
+	// the API server, sustained (DefaultKubeAPIQPS when 0); APIBurst is
+	// how many it may send at once above that (twice APIQPS when 0). On
+	// a machine with cores enough, runs a second are APIQPS over the
+	// requests a run makes (docs/performance.md): raise both where the
+	// control plane can take it, as with kube-controller-manager's and
+	// flux's --kube-api-qps and --kube-api-burst.
+	APIQPS   int `json:"apiQPS,omitempty"`
+	APIBurst int `json:"apiBurst,omitempty"`
+}
+
+// DefaultKubeAPIQPS is kubernetes.apiQPS when unset: ten times client-go's
+// default of 5, so that concurrent runs are not throttled by the client
+// on a control plane of ordinary size.
+const DefaultKubeAPIQPS = 50
+
+// MaxKubeAPIQPS bounds kubernetes.apiQPS (and apiBurst at twice it): a
+// typo of a few digits must not let one reconciler flood the API server.
+const MaxKubeAPIQPS = 5000
+
+// RateLimit is the client's rate limit: kubernetes.apiQPS and apiBurst
+// with their defaults applied.
+func (k KubernetesConfig) RateLimit() (qps float32, burst int) {
+	q := k.APIQPS
+	if q == 0 {
+		q = DefaultKubeAPIQPS
+	}
+	burst = k.APIBurst
+	if burst == 0 {
+		burst = 2 * q
+	}
+	return float32(q), burst
 }
 
 // LeaderElectionConfig names the Lease the daemon's replicas contend for.
@@ -337,6 +369,12 @@ func (c *Config) validate() error {
 		if le := c.Kubernetes.LeaderElection; le != nil && (!isDNSLabel(le.Namespace) || le.Name == "") {
 			errs = append(errs, fmt.Errorf("kubernetes.leaderElection: namespace %q and name %q must be set (namespace a DNS label)", le.Namespace, le.Name))
 		}
+	}
+	if q := c.Kubernetes.APIQPS; q < 0 || q > MaxKubeAPIQPS {
+		errs = append(errs, fmt.Errorf("kubernetes.apiQPS: %d is not between 1 and %d requests a second (0 or unset: %d)", q, MaxKubeAPIQPS, DefaultKubeAPIQPS))
+	}
+	if b := c.Kubernetes.APIBurst; b < 0 || b > 2*MaxKubeAPIQPS {
+		errs = append(errs, fmt.Errorf("kubernetes.apiBurst: %d is not between 1 and %d requests (0 or unset: twice apiQPS)", b, 2*MaxKubeAPIQPS))
 	}
 	if n := c.Admission.Concurrency; n < 0 || n > MaxAdmissionConcurrency {
 		errs = append(errs, fmt.Errorf("admission.concurrency: %d is not between 1 and %d (0 or unset: %d)", n, MaxAdmissionConcurrency, DefaultAdmissionConcurrency))

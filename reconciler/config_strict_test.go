@@ -104,3 +104,41 @@ func TestAdmissionConcurrencyConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeAPIRateLimitConfig: kubernetes.apiQPS and apiBurst are read
+// strictly and bounded, and RateLimit applies their defaults: 50 a second,
+// a burst of twice the rate.
+func TestKubeAPIRateLimitConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, kube, want string
+		qps              float32
+		burst            int
+	}{
+		{name: "unset", qps: 50, burst: 100},
+		{name: "rate alone", kube: "kubernetes: {apiQPS: 200}", qps: 200, burst: 400},
+		{name: "both", kube: "kubernetes: {apiQPS: 200, apiBurst: 250}", qps: 200, burst: 250},
+		{name: "burst alone", kube: "kubernetes: {apiBurst: 60}", qps: 50, burst: 60},
+		{name: "max", kube: "kubernetes: {apiQPS: 5000, apiBurst: 10000}", qps: 5000, burst: 10000},
+		{name: "negative rate", kube: "kubernetes: {apiQPS: -1}", want: "kubernetes.apiQPS: -1 is not between 1 and 5000 requests a second (0 or unset: 50)"},
+		{name: "rate above the bound", kube: "kubernetes: {apiQPS: 50000}", want: "kubernetes.apiQPS: 50000 is not between 1 and 5000"},
+		{name: "burst above the bound", kube: "kubernetes: {apiBurst: 10001}", want: "kubernetes.apiBurst: 10001 is not between 1 and 10000 requests"},
+		{name: "fraction", kube: "kubernetes: {apiQPS: 2.5}", want: "kubernetes.apiQPS"},
+		{name: "misspelled", kube: "kubernetes: {apiQps: 200}", want: `kubernetes.apiQps: unknown field; did you mean "apiQPS"?`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			body := "apiVersion: signet.dev/v1alpha1\nkind: ReconcilerConfig\ncluster: c\nspec: {url: /nowhere}\ntrustPolicy: /t\nsigningKey: /k\nstateDir: /s\n" + tc.kube + "\n"
+			require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+			cfg, err := reconciler.LoadConfig(file)
+			if tc.want != "" {
+				require.Error(t, err, "a bad rate limit must be refused")
+				assert.Contains(t, err.Error(), tc.want)
+				return
+			}
+			require.NoError(t, err)
+			qps, burst := cfg.Kubernetes.RateLimit()
+			assert.Equal(t, tc.qps, qps)
+			assert.Equal(t, tc.burst, burst)
+		})
+	}
+}

@@ -242,7 +242,9 @@ const (
 // old-runs/s, old-wall-s, old-admit-s, old-kube-requests/run and
 // old-peak-rss-MiB, and speedup (runs/s over old-runs/s): the side by side
 // measurement of issue 19, in one run. SIGNET_BENCH_CONCURRENCY=n sets
-// admission.concurrency of this build's daemon (unset: the default).
+// admission.concurrency of this build's daemon (unset: the default), and
+// SIGNET_BENCH_KUBE_QPS=n its kubernetes.apiQPS (unset: the default; on
+// enough cores runs/s is that rate over the requests a run makes).
 func BenchmarkConcurrentRuns100x8(b *testing.B) {
 	runs := concurrentRuns
 	if v := os.Getenv("SIGNET_BENCH_RUNS"); v != "" {
@@ -255,7 +257,7 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 	var old *concurrentFigures
 	if bin := os.Getenv("SIGNET_BENCH_BASELINE"); bin != "" {
 		b.StopTimer()
-		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old", 0)
+		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old", 0, 0)
 		b.StartTimer()
 	}
 	concurrency := 0 // the daemon's default
@@ -265,7 +267,13 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 		concurrency = n
 	}
 	b.ResetTimer()
-	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr", concurrency)
+	qps := 0 // the daemon's default
+	if v := os.Getenv("SIGNET_BENCH_KUBE_QPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "SIGNET_BENCH_KUBE_QPS")
+		qps = n
+	}
+	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr", concurrency, qps)
 	b.StopTimer()
 	cur.report(b, "", runs)
 	if old != nil {
@@ -308,8 +316,10 @@ func (f *concurrentFigures) report(b *testing.B, prefix string, runs int) {
 // concurrentRunsWith runs ops rounds of runs requests (named
 // prefix-OP-NNN) over nodes with bin as the daemon, its own spec
 // repository and evidence branch, and returns what it measured; the
-// daemon is stopped before it returns.
-func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, runs, ops int, prefix string, concurrency int) *concurrentFigures {
+// daemon is stopped before it returns. concurrency and qps set its
+// admission.concurrency and kubernetes.apiQPS (0: the default, and a
+// config an older build reads).
+func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, runs, ops int, prefix string, concurrency, qps int) *concurrentFigures {
 	e := newBenchEnv(b)
 	e.repo.AddProfileFor("wide", nodesPerRun, "", gpuCheck("trivial", "pod", trivialCheck, 900))
 	e.repo.Commit("profile")
@@ -318,6 +328,7 @@ func concurrentRunsWith(b *testing.B, w *kubeWorld, bin string, nodes []string, 
 	cfg := e.kubeConfig(w)
 	cfg.Interval = 3600 // only the benchmark's triggers make passes
 	cfg.Admission.Concurrency = concurrency
+	cfg.Kubernetes.APIQPS = qps
 	cfg.Listen, cfg.MetricsListen = freeListen(b), freeListen(b)
 	cfg.TriggerTokenFile = filepath.Join(b.TempDir(), "trigger-token")
 	require.NoError(b, os.WriteFile(cfg.TriggerTokenFile, []byte("bench-trigger\n"), 0o600))

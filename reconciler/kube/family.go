@@ -26,8 +26,8 @@ func init() { reconciler.RegisterFamily(FamilyName, NewFamily) }
 
 // RESTConfig is the client configuration of cfg.Kubernetes: its
 // kubeconfig file, or the in-cluster service-account token when none is
-// set. Client-side rate limits are raised from client-go's defaults (5 QPS)
-// so that many concurrent runs are not throttled by the client.
+// set. The client's rate limit is kubernetes.apiQPS and apiBurst (50 and
+// 100 unless set; client-go's defaults of 5 would throttle concurrent runs).
 func RESTConfig(cfg *reconciler.Config) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
@@ -40,7 +40,7 @@ func RESTConfig(cfg *reconciler.Config) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes: no kubeconfig set and not running in a cluster: %w", err)
 	}
 	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = 50, 100
+	rc.QPS, rc.Burst = cfg.Kubernetes.RateLimit()
 	rc.UserAgent = "signet-reconciler/" + cfg.Cluster
 	return rc, nil
 }

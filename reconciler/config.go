@@ -218,13 +218,14 @@ type KubernetesConfig struct {
 	// taint may then still be scheduled onto a reserved node.
 	ReserveTaintOnly bool `json:"reserveTaintOnly,omitempty"`
 	// APIQPS is the most requests a second the reconciler's client sends
-	// the API server, sustained (DefaultKubeAPIQPS when 0); APIBurst is
-	// how many it may send at once above that (twice APIQPS when 0). On
-	// a machine with cores enough, runs a second are APIQPS over the
-	// requests a run makes (docs/performance.md): raise both where the
-	// control plane can take it, as with kube-controller-manager's and
-	// flux's --kube-api-qps and --kube-api-burst.
-	APIQPS   int `json:"apiQPS,omitempty"`
+	// the API server, sustained (DefaultKubeAPIQPS when 0, at most
+	// MaxKubeAPIQPS). On a machine with cores enough, runs a second are
+	// APIQPS over the requests a run makes (docs/performance.md): raise it
+	// where the control plane can take it, as with
+	// kube-controller-manager's and flux's --kube-api-qps.
+	APIQPS int `json:"apiQPS,omitempty"`
+	// APIBurst is how many requests the client may send at once above
+	// APIQPS (twice APIQPS when 0; --kube-api-burst).
 	APIBurst int `json:"apiBurst,omitempty"`
 }
 

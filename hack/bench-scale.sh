@@ -28,8 +28,9 @@
 # limited to 256 MiB (the remote then served over loopback HTTP), the
 # issue's bounds: a run whose own memory the limit does not hold is
 # killed, and fails; one whose page cache does not fit thrashes (slow).
-# Results go to stdout and to bench-scale-<runs>.log; the benchmarks'
-# whole output to bench-scale-<runs>.<step>.out.
+# Results go to stdout and to bench-scale-<runs>.log (SCALE_LOG: another
+# file, for two steps run at once); the benchmarks' whole output to
+# bench-scale-<runs>.<step>.out.
 set -euo pipefail
 
 runs=${SCALE_RUNS:-100000}
@@ -44,7 +45,7 @@ export TMPDIR=${TMPDIR:-/dev/shm}
 GO=${GO:-go}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-log=$root/bench-scale-$runs.log
+log=${SCALE_LOG:-$root/bench-scale-$runs.log}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

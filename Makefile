@@ -68,7 +68,7 @@ bench:
 
 ## bench-scale: issue 19's measurements on a long branch (SCALE_RUNS, default
 ## 10^5): audit peak RSS and time, reconciler start-up, local check overhead,
-## each its own process (hack/bench-scale.sh; hours the first time: the branch
+## each its own process (hack/bench-scale.sh; about an hour more the first time: the branch
 ## is synthesized and cached under TMPDIR, /dev/shm by default).
 bench-scale:
 	GO=$(GO) hack/bench-scale.sh

@@ -3,8 +3,8 @@
 # in a process of its own so that one's memory never counts in another's
 # peak (make bench-scale; docs/performance.md):
 #   1. the synthetic branch of SCALE_RUNS runs (internal/tools/synth),
-#      cached under TMPDIR (writing 10^5 runs takes about two and a half
-#      hours on two cores, docs/performance.md; a cached branch is reused);
+#      cached under TMPDIR (writing 10^5 runs takes about an hour on two
+#      cores, docs/performance.md; a cached branch is reused);
 #   2. signet audit of the whole branch: wall time and peak RSS
 #      (goal at 10^5: <= 1 GiB), progress every minute;
 #   3. BenchmarkStartup: a reconciler's start-up and one no-op pass on it,

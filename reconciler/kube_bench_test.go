@@ -246,12 +246,7 @@ const (
 // SIGNET_BENCH_KUBE_QPS=n its kubernetes.apiQPS (unset: the default; on
 // enough cores runs/s is that rate over the requests a run makes).
 func BenchmarkConcurrentRuns100x8(b *testing.B) {
-	runs := concurrentRuns
-	if v := os.Getenv("SIGNET_BENCH_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "SIGNET_BENCH_RUNS")
-		runs = n
-	}
+	runs := benchEnvInt(b, "SIGNET_BENCH_RUNS", concurrentRuns)
 	w := startKubeWorld(b)
 	nodes := createNodes(b, w, "cr", runs*nodesPerRun)
 	var old *concurrentFigures
@@ -260,19 +255,10 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 		old = concurrentRunsWith(b, w, bin, nodes, runs, 1, "old", 0, 0)
 		b.StartTimer()
 	}
-	concurrency := 0 // the daemon's default
-	if v := os.Getenv("SIGNET_BENCH_CONCURRENCY"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "SIGNET_BENCH_CONCURRENCY")
-		concurrency = n
-	}
+	// 0: the daemon's defaults.
+	concurrency := benchEnvInt(b, "SIGNET_BENCH_CONCURRENCY", 0)
+	qps := benchEnvInt(b, "SIGNET_BENCH_KUBE_QPS", 0)
 	b.ResetTimer()
-	qps := 0 // the daemon's default
-	if v := os.Getenv("SIGNET_BENCH_KUBE_QPS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "SIGNET_BENCH_KUBE_QPS")
-		qps = n
-	}
 	cur := concurrentRunsWith(b, w, testenv.Signet(b), nodes, runs, b.N, "cr", concurrency, qps)
 	b.StopTimer()
 	cur.report(b, "", runs)
@@ -280,6 +266,18 @@ func BenchmarkConcurrentRuns100x8(b *testing.B) {
 		old.report(b, "old-", runs)
 		b.ReportMetric(cur.runsPerSec()/old.runsPerSec(), "speedup")
 	}
+}
+
+// benchEnvInt is the integer in the environment variable name, def when
+// it is unset.
+func benchEnvInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(b, err, name)
+	return n
 }
 
 // concurrentFigures are what one daemon measured in

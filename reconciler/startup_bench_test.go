@@ -77,12 +77,7 @@ type startupFigures struct {
 // is the same for the first start (a new pod). With either, the evidence
 // remote is served over loopback smart HTTP from the benchmark's process.
 func BenchmarkStartup(b *testing.B) {
-	runs := 200
-	if v := os.Getenv("SIGNET_BENCH_STARTUP_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "SIGNET_BENCH_STARTUP_RUNS")
-		runs = n
-	}
+	runs := benchEnvInt(b, "SIGNET_BENCH_STARTUP_RUNS", 200)
 	s, err := evidencetest.SynthesizeCached(b.Context(), runs, 4)
 	require.NoError(b, err)
 	cache := filepath.Dir(s.Remote)
